@@ -1,0 +1,236 @@
+"""Shared helpers for the marinbuild benchmarks: finding tools, timing, reports.
+
+The peers (DVC, Snakemake) live in their own virtualenv, named by
+$MARINBUILD_BENCH_PEERS_VENV (default /work/bench-venv), so they never become
+dependencies of marinbuild.  marinbuild itself is the executable named by
+$MARINBUILD_BIN (default: ``marinbuild`` on PATH).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+PEERS_VENV_VAR = "MARINBUILD_BENCH_PEERS_VENV"
+DEFAULT_PEERS_VENV = "/work/bench-venv"
+MARINBUILD_BIN_VAR = "MARINBUILD_BIN"
+ERROR_TAIL_CHARS = 2000
+
+# DVC: no anonymous usage reports (no network here, and it would add a
+# daemon process to every command we time).
+DVC_ENV = {"DVC_NO_ANALYTICS": "1"}
+# Run every pipeline in the repo: the generator writes one dvc.yaml per package.
+DVC_REPRO = ("repro", "--all-pipelines")
+DVC_STAGE_RAN = "Running stage"
+DVC_UP_TO_DATE = "Data and pipelines are up to date."
+# Measured on the 2-core dev machine (DVC 3.67); only used for progress hints.
+DVC_COLD_S_PER_STAGE = 0.05
+# Snakemake 9 defaults cap local job starts at 100/s and use the ILP
+# scheduler; both roughly double the run time of 1k trivial jobs, and neither
+# is about correctness, so the peer gets its fast settings.
+SNAKEMAKE_FAST = ("--scheduler", "greedy", "--max-jobs-per-timespan", "100000/1s")
+
+
+class BenchError(RuntimeError):
+    """A tool failed or did something other than the work being measured."""
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr so stdout keeps only the result table."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def peers_venv() -> Path:
+    return Path(os.environ.get(PEERS_VENV_VAR, DEFAULT_PEERS_VENV))
+
+
+def find_peer(name: str) -> Path | None:
+    """Path of a peer executable in the peers venv, or None with a message."""
+    path = peers_venv() / "bin" / name
+    if os.access(path, os.X_OK):
+        return path
+    log(f"SKIPPING {name}: {path} not found. Install it with: "
+        f"python3 -m venv {peers_venv()} && {peers_venv()}/bin/pip install dvc snakemake "
+        f"(or point ${PEERS_VENV_VAR} at a venv that has it)")
+    return None
+
+
+def find_marinbuild() -> str:
+    """Resolve $MARINBUILD_BIN; marinbuild is the subject, so missing is fatal."""
+    name = os.environ.get(MARINBUILD_BIN_VAR, "marinbuild")
+    path = shutil.which(name)
+    if path is None:
+        raise BenchError(
+            f"marinbuild executable {name!r} not found: activate /work/main/.venv, "
+            f"set ${MARINBUILD_BIN_VAR}, or pass --skip-marinbuild"
+        )
+    return path
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished command: wall-clock seconds and its captured output."""
+
+    seconds: float
+    stdout: str
+    stderr: str
+
+
+def run_timed(cmd: Sequence[str | Path], cwd: Path, extra_env: dict[str, str] | None = None) -> Run:
+    """Run ``cmd`` to completion, timing wall clock; raise BenchError on failure."""
+    env = {**os.environ, **(extra_env or {})}
+    start = time.perf_counter()
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise BenchError(
+            f"{' '.join(map(str, cmd))} failed with exit code {proc.returncode} in {cwd}:\n"
+            f"{(proc.stdout + proc.stderr)[-ERROR_TAIL_CHARS:]}"
+        )
+    return Run(seconds, proc.stdout, proc.stderr)
+
+
+def summarize(samples: Sequence[float]) -> dict[str, float | list[float]]:
+    return {"median": statistics.median(samples), "min": min(samples), "samples": list(samples)}
+
+
+@contextmanager
+def work_dir(path: Path | None) -> Iterator[Path]:
+    """Use ``path`` (created, kept afterwards) or a temp dir removed on exit."""
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="marinbuild-bench-") as tmp:
+        yield Path(tmp)
+
+
+# --- marinbuild -------------------------------------------------------------
+
+def parse_trailing_json(text: str) -> dict:
+    """The JSON object printed last by ``marinbuild --json``.
+
+    Tries each line that starts with ``{`` from the end, so log lines before
+    the report (or a pretty-printed report) are both fine.
+    """
+    lines = text.splitlines(keepends=True)
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("{"):
+            try:
+                return json.loads("".join(lines[i:]))
+            except json.JSONDecodeError:
+                continue
+    raise BenchError(f"no JSON report in marinbuild output:\n{text[-ERROR_TAIL_CHARS:]}")
+
+
+def marinbuild_build(marinbuild: str, workspace: Path, jobs: int) -> tuple[Run, dict]:
+    """``marinbuild build //...`` on ``workspace``; returns the run and its report."""
+    cmd = [marinbuild, "--workspace", workspace, "build", "//...", "--jobs", str(jobs), "--json"]
+    run = run_timed(cmd, cwd=workspace)
+    return run, parse_trailing_json(run.stdout)
+
+
+def check_counts(report: dict, targets: int, *, built: int) -> None:
+    """Insist that exactly ``built`` targets ran and the rest were cache hits."""
+    counts = report.get("counts", {})
+    expected = {"built": built, "cached": targets - built, "failed": 0, "skipped": 0}
+    actual = {key: counts.get(key) for key in expected}
+    if actual != expected:
+        raise BenchError(f"marinbuild counts {actual}, expected {expected}")
+
+
+# --- DVC --------------------------------------------------------------------
+
+def dvc_init(dvc: Path, repo: Path) -> None:
+    """Initialise a DVC repo without git (git would only add .gitignore churn)."""
+    run_timed([dvc, "init", "--no-scm", "--quiet"], cwd=repo, extra_env=DVC_ENV)
+    run_timed([dvc, "config", "core.check_update", "false"], cwd=repo, extra_env=DVC_ENV)
+
+
+def dvc_repro(dvc: Path, repo: Path) -> Run:
+    return run_timed([dvc, *DVC_REPRO], cwd=repo, extra_env=DVC_ENV)
+
+
+def dvc_repro_noop(dvc: Path, repo: Path) -> Run:
+    """``dvc repro`` that must not run any stage."""
+    run = dvc_repro(dvc, repo)
+    if DVC_STAGE_RAN in run.stdout:
+        raise BenchError(f"no-op dvc repro ran stages in {repo}:\n{run.stdout[-ERROR_TAIL_CHARS:]}")
+    return run
+
+
+def dvc_status(dvc: Path, repo: Path) -> Run:
+    """``dvc status`` that must report everything up to date."""
+    run = run_timed([dvc, "status"], cwd=repo, extra_env=DVC_ENV)
+    if DVC_UP_TO_DATE not in run.stdout:
+        raise BenchError(f"dvc status found changes in {repo}:\n{run.stdout[-ERROR_TAIL_CHARS:]}")
+    return run
+
+
+# --- Snakemake --------------------------------------------------------------
+
+def snakemake_build(snakemake: Path, workdir: Path, cores: int) -> Run:
+    return run_timed([snakemake, "--cores", str(cores), "--quiet", *SNAKEMAKE_FAST], cwd=workdir)
+
+
+# --- checks and reporting -----------------------------------------------------
+
+def check_outputs(root: Path, paths: Sequence[str]) -> None:
+    """Peers report success loosely; make sure every output really exists."""
+    missing = [p for p in paths if not (root / p).is_file()]
+    if missing:
+        raise BenchError(f"{len(missing)} outputs missing under {root}, e.g. {missing[:3]}")
+
+
+def tool_version(cmd: Sequence[str | Path]) -> str:
+    """First line of ``cmd``'s output, or 'unavailable' (informational only)."""
+    try:
+        proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=120)
+    except OSError:
+        return "unavailable"
+    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    return lines[0] if proc.returncode == 0 and lines else "unavailable"
+
+
+def jsonable(options: dict[str, object]) -> dict[str, object]:
+    """argparse options as JSON values (paths become strings)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
+
+
+def host_info() -> dict[str, str | int | None]:
+    return {"python": platform.python_version(), "platform": platform.platform(),
+            "cpus": os.cpu_count()}
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Plain fixed-width table on stdout."""
+    cells = [list(map(str, headers))] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    log(f"wrote {path}")

@@ -1,0 +1,159 @@
+"""No-op rebuild benchmark: marinbuild vs ``dvc repro`` on a large random DAG.
+
+Generates the 10,000-target / 500-package workspace (bench/gen_workspace.py),
+builds it once cold, then times ``--repeat`` no-op rebuilds and reports the
+median and minimum.  For DVC it times both ``dvc repro --all-pipelines`` (the
+real equivalent of a no-op build: it checks every stage and would run stale
+ones) and ``dvc status`` (check only, never runs anything: a lower bound on
+what DVC needs to decide that nothing changed).
+
+A cold ``dvc repro`` of 10k stages takes many minutes (about 50 ms per stage,
+run serially), so ``--dvc-targets N`` builds the DVC peer on a smaller DAG of
+the same shape (same seed and targets per package).  All ratios are then
+computed per target and say so; DVC's no-op time grows about linearly with
+the stage count.
+
+Usage: ``python bench/noop.py [--targets N] [--packages P] [--seed S]
+[--repeat R] [--skip-dvc] [--dvc-targets N] [--json-out FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import benchlib
+import gen_workspace as gen
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", type=int, default=gen.DEFAULT_TARGETS)
+    parser.add_argument("--packages", type=int, default=gen.DEFAULT_PACKAGES)
+    parser.add_argument("--seed", type=int, default=gen.DEFAULT_SEED)
+    parser.add_argument("--repeat", type=int, default=5, help="timed no-op builds per tool")
+    parser.add_argument("--jobs", type=int, default=2, help="marinbuild --jobs")
+    parser.add_argument("--skip-dvc", action="store_true")
+    parser.add_argument("--skip-marinbuild", action="store_true",
+                        help="measure only the peer (e.g. before the engine exists)")
+    parser.add_argument("--dvc-targets", type=int,
+                        help="build the DVC peer on a smaller DAG of this many targets "
+                             "(default: same as --targets)")
+    parser.add_argument("--workdir", type=Path,
+                        help="generate and build here and keep it (default: a temp dir)")
+    parser.add_argument("--json-out", type=Path, help="also write results as JSON here")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
+
+
+def scaled_packages(targets: int, full_targets: int, full_packages: int) -> int:
+    """Packages for a smaller DAG, keeping the same targets per package."""
+    return max(1, round(targets * full_packages / full_targets))
+
+
+def measure_marinbuild(root: Path, args: argparse.Namespace) -> dict:
+    """Cold build once, then ``--repeat`` verified no-op builds."""
+    marinbuild = benchlib.find_marinbuild()
+    workspace = root / "marinbuild"
+    gen.write_marinbuild(gen.generate_dag(args.targets, args.packages, args.seed), workspace)
+    benchlib.log(f"marinbuild: cold build of {args.targets} targets")
+    cold, report = benchlib.marinbuild_build(marinbuild, workspace, args.jobs)
+    benchlib.check_counts(report, args.targets, built=args.targets)
+    noop = []
+    for i in range(args.repeat):
+        run, report = benchlib.marinbuild_build(marinbuild, workspace, args.jobs)
+        benchlib.check_counts(report, args.targets, built=0)
+        benchlib.log(f"marinbuild: no-op {i + 1}/{args.repeat}: {run.seconds:.3f} s")
+        noop.append(run.seconds)
+    return {"version": benchlib.tool_version([marinbuild, "--version"]), "targets": args.targets,
+            "cold_s": cold.seconds, "noop_s": benchlib.summarize(noop)}
+
+
+def measure_dvc(dvc: Path, root: Path, args: argparse.Namespace) -> dict:
+    """Cold ``dvc repro`` once, then ``--repeat`` no-op repros and statuses."""
+    targets = args.dvc_targets or args.targets
+    packages = scaled_packages(targets, args.targets, args.packages)
+    repo = root / "dvc"
+    gen.write_dvc(gen.generate_dag(targets, packages, args.seed), repo)
+    benchlib.dvc_init(dvc, repo)
+    benchlib.log(f"dvc: cold repro of {targets} stages in {packages} dvc.yaml files, serial "
+                 f"(expect about {targets * benchlib.DVC_COLD_S_PER_STAGE / 60:.0f} min)")
+    cold = benchlib.dvc_repro(dvc, repo)
+    benchlib.log(f"dvc: cold repro took {cold.seconds:.1f} s")
+    repro, status = [], []
+    for i in range(args.repeat):
+        repro.append(benchlib.dvc_repro_noop(dvc, repo).seconds)
+        status.append(benchlib.dvc_status(dvc, repo).seconds)
+        benchlib.log(f"dvc: no-op {i + 1}/{args.repeat}: repro {repro[-1]:.2f} s, "
+                     f"status {status[-1]:.2f} s")
+    return {"version": benchlib.tool_version([dvc, "--version"]), "targets": targets,
+            "packages": packages, "cold_s": cold.seconds,
+            "repro_noop_s": benchlib.summarize(repro), "status_noop_s": benchlib.summarize(status)}
+
+
+def per_target(total: float, targets: int) -> float:
+    return total / targets
+
+
+def ratios(results: dict) -> dict[str, float]:
+    """marinbuild no-op / DVC no-op, per target so unequal DAG sizes compare."""
+    mb, dvc = results.get("marinbuild"), results.get("dvc")
+    if not mb or not dvc:
+        return {}
+    mb_noop = per_target(mb["noop_s"]["median"], mb["targets"])
+    return {
+        f"marinbuild_noop/dvc_{kind}_noop": mb_noop / per_target(dvc[f"{kind}_noop_s"]["median"], dvc["targets"])
+        for kind in ("repro", "status")
+    }
+
+
+def print_report(results: dict) -> None:
+    rows = []
+    if mb := results.get("marinbuild"):
+        rows.append(_row("marinbuild build", mb["targets"], mb["cold_s"], mb["noop_s"]))
+    if dvc := results.get("dvc"):
+        rows.append(_row("dvc repro -P", dvc["targets"], dvc["cold_s"], dvc["repro_noop_s"]))
+        rows.append(_row("dvc status", dvc["targets"], None, dvc["status_noop_s"]))
+    benchlib.print_table(
+        ["tool", "targets", "cold s", "no-op median s", "no-op min s", "no-op ms/target"], rows)
+    for name, value in results["ratios"].items():
+        print(f"{name} (median, per target): {value:.3g}")
+    if mb and dvc and mb["targets"] != dvc["targets"]:
+        print(f"NOTE: DVC ran on a {dvc['targets']}-target DAG, marinbuild on "
+              f"{mb['targets']}; ratios compare no-op time PER TARGET, assuming DVC "
+              f"scales linearly (estimated full-size dvc repro no-op: "
+              f"{dvc['repro_noop_s']['median'] * mb['targets'] / dvc['targets']:.1f} s).")
+
+
+def _row(tool: str, targets: int, cold: float | None, noop: dict) -> list[object]:
+    return [tool, targets, cold, noop["median"], noop["min"],
+            1000 * per_target(noop["median"], targets)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    dvc = None if args.skip_dvc else benchlib.find_peer("dvc")
+    results: dict = {"benchmark": "noop", "config": benchlib.jsonable(vars(args)),
+                     "host": benchlib.host_info()}
+    try:
+        with benchlib.work_dir(args.workdir) as root:
+            if not args.skip_marinbuild:
+                results["marinbuild"] = measure_marinbuild(root, args)
+            if dvc is not None:
+                results["dvc"] = measure_dvc(dvc, root, args)
+    except benchlib.BenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    results["ratios"] = ratios(results)
+    print_report(results)
+    if args.json_out:
+        benchlib.write_json(args.json_out, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

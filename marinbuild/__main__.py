@@ -1,0 +1,3 @@
+from marinbuild.cli.main import main
+
+main()

@@ -1,0 +1,96 @@
+"""`ctx`: everything a rule implementation may use while it runs.
+
+The context is deliberately small: resolved attributes, the files of each input, a fresh
+output directory, a logger that writes to the step's log in the store, and a progress
+callback. It is JSON-serializable (less the logger and callback), so the same object is
+rebuilt inside a worker process for rules that run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marinbuild.targets.attrs import JsonValue
+
+ProgressFn = Callable[[float, "float | None", str], None]
+
+
+class StepFailed(Exception):
+    """Raised by a rule implementation for an expected failure: the message is shown, not a traceback."""
+
+
+@dataclass(frozen=True)
+class InputFiles:
+    """What one input label provides: a root (output directory or source file) and its files."""
+
+    root: Path
+    files: tuple[Path, ...]
+
+    def single(self, label: str) -> Path:
+        if len(self.files) != 1:
+            raise ValueError(f"{label} provides {len(self.files)} files where exactly one is expected")
+        return self.files[0]
+
+
+@dataclass
+class Context:
+    label: str
+    key: str
+    attrs: dict[str, JsonValue]
+    inputs: dict[str, InputFiles]
+    out: Path
+    tmp: Path
+    log_path: Path
+    workspace: Path
+    scratch: Path | None = None
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("marinbuild.step"))
+    progress_fn: ProgressFn | None = None
+
+    def files(self, label: str) -> tuple[Path, ...]:
+        return self.inputs[label].files
+
+    def location(self, label: str) -> Path:
+        """The single file a label provides (Bazel's `$(location)`)."""
+        return self.inputs[label].single(label)
+
+    def progress(self, done: float, total: float | None = None, unit: str = "") -> None:
+        """Report progress on long work; shown live next to the running step."""
+        if self.progress_fn is not None:
+            self.progress_fn(done, total, unit)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "key": self.key,
+            "attrs": self.attrs,
+            "inputs": {
+                label: {"root": str(files.root), "files": [str(path) for path in files.files]}
+                for label, files in self.inputs.items()
+            },
+            "out": str(self.out),
+            "tmp": str(self.tmp),
+            "log_path": str(self.log_path),
+            "workspace": str(self.workspace),
+            "scratch": None if self.scratch is None else str(self.scratch),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Context:
+        return cls(
+            label=data["label"],
+            key=data["key"],
+            attrs=data["attrs"],
+            inputs={
+                label: InputFiles(Path(value["root"]), tuple(Path(path) for path in value["files"]))
+                for label, value in data["inputs"].items()
+            },
+            out=Path(data["out"]),
+            tmp=Path(data["tmp"]),
+            log_path=Path(data["log_path"]),
+            workspace=Path(data["workspace"]),
+            scratch=None if data["scratch"] is None else Path(data["scratch"]),
+        )

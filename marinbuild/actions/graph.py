@@ -1,0 +1,190 @@
+"""Planning: from command-line patterns to a checked, ordered graph of targets.
+
+Patterns expand to rule targets (wildcards skip `manual` ones), dependencies are
+followed across packages, every label must name a rule target or an existing source
+file, and cycles are reported with the whole cycle and where each step is declared.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from marinbuild.errors import GraphError, LabelError, Location
+from marinbuild.labels import Label, PatternKind, TargetPattern, parse_label
+from marinbuild.packages import BUILD_FILE, PackageLoader
+from marinbuild.targets.rule import Target
+
+MANUAL = "manual"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file of the workspace used as an input, named by a label like any target."""
+
+    label: Label
+    path: Path
+
+
+@dataclass
+class Graph:
+    """Rule targets and source files reachable from the requested targets."""
+
+    requested: list[str]
+    targets: dict[str, Target] = field(default_factory=dict)
+    sources: dict[str, SourceFile] = field(default_factory=dict)
+    deps: dict[str, list[str]] = field(default_factory=dict)  # rule target -> labels it reads
+    order: list[str] = field(default_factory=list)  # rule targets, dependencies first
+
+    def rule_deps(self, label: str) -> list[str]:
+        return [dep for dep in self.deps[label] if dep in self.targets]
+
+    def dependents(self) -> dict[str, list[str]]:
+        reverse: dict[str, list[str]] = {label: [] for label in self.targets}
+        for label in self.order:
+            for dep in self.rule_deps(label):
+                reverse[dep].append(label)
+        return reverse
+
+
+def expand_patterns(loader: PackageLoader, patterns: Sequence[TargetPattern], skip: tuple[Path, ...] = ()) -> list[str]:
+    """The rule targets the patterns name, in order, after subtractions."""
+    selected: dict[str, None] = {}
+    for pattern in patterns:
+        labels = _expand(loader, pattern, skip)
+        if pattern.negative:
+            for label in labels:
+                selected.pop(label, None)
+        else:
+            for label in labels:
+                selected.setdefault(label)
+    return list(selected)
+
+
+def _expand(loader: PackageLoader, pattern: TargetPattern, skip: tuple[Path, ...]) -> list[str]:
+    if pattern.kind is PatternKind.RECURSIVE:
+        if not loader.workspace.package_dir(pattern.package).is_dir():
+            raise GraphError(f"'{pattern.text}': directory '{pattern.package}' does not exist")
+        packages = loader.workspace.find_packages(pattern.package, skip)
+        return [label for package in packages for label in _wildcard(loader, package)]
+    if not loader.has_package(pattern.package):
+        raise GraphError(
+            f"'{pattern.text}': no package '//{pattern.package}'",
+            hint=f"a package is a directory with a {BUILD_FILE} file",
+        )
+    if pattern.kind is PatternKind.PACKAGE:
+        return _wildcard(loader, pattern.package)
+    package = loader.package(pattern.package)
+    if pattern.name not in package.targets:
+        raise GraphError(f"no target '{pattern.name}' in package //{pattern.package}", hint=_did_you_mean(pattern.name, package.targets))
+    return [str(pattern.label)]
+
+
+def _wildcard(loader: PackageLoader, package: str) -> list[str]:
+    return [str(target.label) for target in loader.package(package).targets.values() if MANUAL not in target.tags]
+
+
+def _did_you_mean(name: str, names: Iterable[str]) -> str | None:
+    close = difflib.get_close_matches(name, list(names), n=3)
+    return f"did you mean {', '.join(repr(c) for c in close)}?" if close else None
+
+
+def build_graph(loader: PackageLoader, requested: list[str]) -> Graph:
+    graph = Graph(requested=requested)
+    for label in requested:
+        _add(loader, graph, label, None)
+    graph.order = _topological_order(graph)
+    return graph
+
+
+def _add(loader: PackageLoader, graph: Graph, label: str, referrer: Target | None) -> None:
+    """Add `label` and, for a rule target, everything it reads (iteratively: deep graphs are fine)."""
+    stack = [(label, referrer)]
+    while stack:
+        current, by = stack.pop()
+        if current in graph.targets or current in graph.sources:
+            continue
+        node = _resolve(loader, current, by)
+        if isinstance(node, SourceFile):
+            graph.sources[current] = node
+            continue
+        graph.targets[current] = node
+        graph.deps[current] = node.dependency_labels()
+        stack.extend((dep, node) for dep in reversed(graph.deps[current]))
+
+
+def _resolve(loader: PackageLoader, text: str, referrer: Target | None) -> Target | SourceFile:
+    where = referrer.location if referrer else None
+    user = f"{referrer.label} depends on '{text}'" if referrer else f"'{text}'"
+    try:
+        label = parse_label(text)
+    except LabelError as error:
+        raise GraphError(error.message, location=where) from None
+    if not loader.has_package(label.package):
+        raise GraphError(f"{user}, but there is no package '//{label.package}'", location=where)
+    package = loader.package(label.package)
+    if label.name in package.targets:
+        return package.targets[label.name]
+    path = loader.workspace.package_dir(label.package) / label.name
+    if path.is_file():
+        _check_inside_package(loader, label, path, where)
+        return SourceFile(label, path)
+    raise GraphError(
+        f"{user}, which is neither a target of //{label.package} nor a file in it",
+        location=where,
+        hint=_did_you_mean(label.name, package.targets),
+    )
+
+
+def _check_inside_package(loader: PackageLoader, label: Label, path: Path, where: Location | None) -> None:
+    root = loader.workspace.package_dir(label.package)
+    directory = path.parent
+    while directory != root:
+        if (directory / BUILD_FILE).is_file():
+            sub = directory.relative_to(loader.workspace.root).as_posix()
+            raise GraphError(
+                f"label '{label}' crosses into package '//{sub}'",
+                location=where,
+                hint=f"refer to it as '//{sub}:{path.relative_to(directory).as_posix()}'",
+            )
+        directory = directory.parent
+
+
+def _topological_order(graph: Graph) -> list[str]:
+    """Dependencies first; a cycle is an error that lists it, with file:line per target."""
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    for root in graph.targets:
+        if state.get(root) == 2:
+            continue
+        path: list[str] = []
+        stack: list[tuple[str, int]] = [(root, 0)]
+        while stack:
+            label, index = stack.pop()
+            if index == 0:
+                state[label] = 1
+                path.append(label)
+            deps = graph.rule_deps(label)
+            if index < len(deps):
+                stack.append((label, index + 1))
+                dep = deps[index]
+                if state.get(dep) == 1:
+                    _raise_cycle(graph, path[path.index(dep) :] + [dep])
+                if dep not in state:
+                    stack.append((dep, 0))
+                continue
+            state[label] = 2
+            path.pop()
+            order.append(label)
+    return order
+
+
+def _raise_cycle(graph: Graph, cycle: list[str]) -> None:
+    steps = "\n".join(f"    {label}  ({graph.targets[label].location})" for label in cycle)
+    raise GraphError(
+        f"dependency cycle:\n{steps}",
+        location=graph.targets[cycle[0]].location,
+        hint="a target cannot depend on itself, directly or through others",
+    )

@@ -1,0 +1,101 @@
+"""What a build reports: one result per target, and the events a display listens to."""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class Status(str, enum.Enum):
+    BUILT = "built"
+    CACHED = "cached"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    # Dry runs only: what a build would do.
+    WOULD_RUN = "would-run"
+    PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    label: str
+    status: Status
+    key: str | None = None
+    output: Path | None = None
+    duration_s: float = 0.0
+    reason: str | None = None  # why it ran, was skipped, or failed
+    log: Path | None = None  # the attempt's log in the store, for failures
+
+    def to_json(self) -> dict:
+        return {
+            "label": self.label,
+            "key": self.key,
+            "status": self.status.value,
+            "output": None if self.output is None else str(self.output),
+            "duration_s": round(self.duration_s, 3),
+            **({"reason": self.reason} if self.reason else {}),
+            **({"log": str(self.log)} if self.log else {}),
+        }
+
+
+@dataclass
+class BuildResult:
+    requested: list[str]
+    results: dict[str, TargetResult] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counted = Counter(result.status.value for result in self.results.values())
+        return {status.value: counted.get(status.value, 0) for status in Status if counted.get(status.value) or status in _ALWAYS_COUNTED}
+
+    @property
+    def ok(self) -> bool:
+        return not any(result.status in (Status.FAILED, Status.SKIPPED) for result in self.results.values())
+
+    def to_json(self) -> dict:
+        return {"targets": [result.to_json() for result in self.results.values()], "counts": self.counts}
+
+
+_ALWAYS_COUNTED = (Status.BUILT, Status.CACHED, Status.FAILED, Status.SKIPPED)
+
+
+class Reporter(Protocol):
+    """Receives build events; the CLI renders them live (rich) or as plain lines."""
+
+    def build_started(self, total: int) -> None: ...
+
+    def step_started(self, label: str) -> None: ...
+
+    def step_progress(self, label: str, done: float, total: float | None, unit: str) -> None: ...
+
+    def step_finished(self, result: TargetResult) -> None: ...
+
+    def warning(self, message: str) -> None: ...
+
+    def build_finished(self, result: BuildResult) -> None: ...
+
+
+class NullReporter:
+    """For commands that plan or probe without showing progress."""
+
+    def build_started(self, total: int) -> None:
+        pass
+
+    def step_started(self, label: str) -> None:
+        pass
+
+    def step_progress(self, label: str, done: float, total: float | None, unit: str) -> None:
+        pass
+
+    def step_finished(self, result: TargetResult) -> None:
+        pass
+
+    def warning(self, message: str) -> None:
+        pass
+
+    def build_finished(self, result: BuildResult) -> None:
+        pass

@@ -1,0 +1,365 @@
+"""Execution: run the stale steps of a graph, in parallel, within the machine's resources.
+
+One coordinator thread walks the graph in dependency order. A target's key can only be
+computed once its dependencies' output digests are known (early cutoff), so keys are
+computed as dependencies resolve: a hit resolves the target at once, a miss queues it.
+Queued steps start while they fit the machine (`--jobs`, declared CPUs and memory);
+each runs on a worker thread that takes the key's lease, re-checks the cache, runs the
+rule, and publishes. A failure skips everything downstream of it; without
+`--keep-going` nothing new starts after the first failure.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import marinbuild
+from marinbuild.actions import keys
+from marinbuild.actions.context import Context, InputFiles, StepFailed
+from marinbuild.actions.graph import Graph
+from marinbuild.actions.logs import close_logger, step_logger
+from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
+from marinbuild.labels import parse_label
+from marinbuild.store import ActionCache, Attempt, CacheEntry, layout
+from marinbuild.store.hashing import StatCache
+from marinbuild.targets.rule import Execution, Resources, Target
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    jobs: int
+    keep_going: bool = False
+    dry_run: bool = False
+    capacity: Resources = field(default_factory=lambda: machine_capacity())
+
+
+def machine_capacity() -> Resources:
+    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return Resources(cpu=float(os.cpu_count() or 1), memory_gb=memory_gb)
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A target whose key is known."""
+
+    target: Target
+    key: str
+    recipe: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    entry: CacheEntry | None
+    duration_s: float
+    error: str | None = None
+    log: Path | None = None
+    ran: bool = True  # False when another builder published it while we waited
+
+
+class Provenance:
+    """Who, where and with what a step was built; computed once per invocation."""
+
+    def __init__(self, workspace: Path):
+        self.workspace = workspace
+
+    @cached_property
+    def invocation(self) -> dict[str, Any]:
+        return {
+            "user": getpass.getuser(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "marinbuild": marinbuild.__version__,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            **self._git(),
+        }
+
+    def _git(self) -> dict[str, Any]:
+        def git(*args: str) -> str | None:
+            try:
+                done = subprocess.run(
+                    ["git", *args], cwd=self.workspace, capture_output=True, text=True, timeout=10, check=True
+                )
+            except (OSError, subprocess.SubprocessError):
+                return None
+            return done.stdout.strip()
+
+        commit = git("rev-parse", "HEAD")
+        if commit is None:
+            return {"git_commit": None}
+        return {"git_commit": commit, "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+class Scheduler:
+    def __init__(
+        self,
+        graph: Graph,
+        cache: ActionCache,
+        salt: str,
+        options: BuildOptions,
+        reporter: Reporter,
+        workspace: Path,
+    ):
+        self.graph = graph
+        self.cache = cache
+        self.salt = salt
+        self.options = options
+        self.reporter = reporter
+        self.workspace = workspace
+        self.provenance = Provenance(workspace)
+        self.result = BuildResult(requested=graph.requested)
+        self._entries: dict[str, CacheEntry] = {}
+        self._tokens: dict[str, str] = {}
+        self._dependents = graph.dependents()
+        self._waiting = {label: len(set(graph.rule_deps(label))) for label in graph.targets}
+        self._ready: deque[str] = deque()  # targets whose inputs are all known
+
+    # -- the coordinator loop ------------------------------------------------------------
+
+    def run(self) -> BuildResult:
+        started = time.monotonic()
+        self.reporter.build_started(len(self.graph.targets))
+        self._hash_sources()
+        ready = self._ready
+        ready.extend(label for label in self.graph.order if self._waiting[label] == 0)
+        queued: deque[_Planned] = deque()
+        running: dict[Future[_Outcome], _Planned] = {}
+        used = Resources(cpu=0.0, memory_gb=0.0)
+        stopping = False
+        with ThreadPoolExecutor(max_workers=self.options.jobs, thread_name_prefix="step") as pool:
+            while ready or (queued and not stopping) or running:
+                while ready:
+                    planned = self._plan(ready.popleft())
+                    if planned is not None:
+                        queued.append(planned)
+                while queued and not stopping and len(running) < self.options.jobs:
+                    planned = self._take_fitting(queued, used, bool(running))
+                    if planned is None:
+                        break
+                    used = _add(used, planned.target.resources, +1)
+                    self.reporter.step_started(str(planned.target.label))
+                    running[pool.submit(self._execute, planned)] = planned
+                if not running:
+                    continue
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    planned = running.pop(future)
+                    used = _add(used, planned.target.resources, -1)
+                    if not self._finish(planned, future.result()) and not self.options.keep_going:
+                        stopping = True
+        for label in self.graph.order:
+            if label not in self.result.results:
+                self._record(TargetResult(label, Status.SKIPPED, reason="not started: the build stopped after a failure"))
+        self.cache.stat_cache.save()
+        self.result.results = {label: self.result.results[label] for label in self.graph.order}
+        self.result.elapsed_s = time.monotonic() - started
+        self.reporter.build_finished(self.result)
+        return self.result
+
+    def _hash_sources(self) -> None:
+        for label, source in self.graph.sources.items():
+            digest, _size = self.cache.stat_cache.digest(source.path)
+            self._tokens[label] = keys.source_token(source.label.name, digest)
+
+    def _plan(self, label: str) -> _Planned | None:
+        """Compute the key; resolve a hit at once, return a miss to be run (or shown, when dry)."""
+        target = self.graph.targets[label]
+        recipe = keys.recipe(target, self._tokens.__getitem__, self.salt)
+        key = keys.action_key(recipe)
+        lookup = self.cache.lookup(key)
+        if lookup.entry is not None:
+            self._record(TargetResult(label, Status.CACHED, key, self.cache.output_dir(key)))
+            self._resolve(label, lookup.entry)
+            return None
+        if lookup.problem is not None:
+            self.reporter.warning(f"{label}: {lookup.problem}; rebuilding it")
+        if self.options.dry_run:
+            self._record(TargetResult(label, Status.WOULD_RUN, key, reason=lookup.problem or "no cached output for its key"))
+            for dependent in self._downstream(label):
+                self._record(TargetResult(dependent, Status.PENDING, reason=f"its key needs the output of {label}"))
+            return None
+        return _Planned(target, key, recipe)
+
+    def _take_fitting(self, queued: deque[_Planned], used: Resources, busy: bool) -> _Planned | None:
+        """The first queued step that fits next to the running ones (anything fits an idle machine)."""
+        capacity = self.options.capacity
+        for index, planned in enumerate(queued):
+            need = planned.target.resources
+            fits = used.cpu + need.cpu <= capacity.cpu + 1e-9 and used.memory_gb + need.memory_gb <= capacity.memory_gb
+            if fits or not busy:
+                del queued[index]
+                return planned
+        return None
+
+    def _finish(self, planned: _Planned, outcome: _Outcome) -> bool:
+        label = str(planned.target.label)
+        if outcome.entry is None:
+            self._record(
+                TargetResult(label, Status.FAILED, planned.key, None, outcome.duration_s, outcome.error, outcome.log)
+            )
+            for dependent in self._downstream(label):
+                self._record(TargetResult(dependent, Status.SKIPPED, reason=f"dependency {label} failed"))
+            return False
+        status = Status.BUILT if outcome.ran else Status.CACHED
+        self._record(TargetResult(label, status, planned.key, self.cache.output_dir(planned.key), outcome.duration_s))
+        self._resolve(label, outcome.entry)
+        return True
+
+    def _resolve(self, label: str, entry: CacheEntry) -> None:
+        """A target's outputs are known: dependents whose inputs are now all known become ready."""
+        self._entries[label] = entry
+        self._tokens[label] = keys.output_token(entry.tree_digest)
+        for dependent in self._dependents[label]:
+            self._waiting[dependent] -= 1
+            if self._waiting[dependent] == 0:
+                self._ready.append(dependent)
+
+    def _downstream(self, label: str) -> list[str]:
+        seen: dict[str, None] = {}
+        stack = list(self._dependents[label])
+        while stack:
+            current = stack.pop()
+            if current not in seen and current not in self.result.results:
+                seen[current] = None
+                stack.extend(self._dependents[current])
+        return list(seen)
+
+    def _record(self, result: TargetResult) -> None:
+        self.result.results[result.label] = result
+        self.reporter.step_finished(result)
+
+    # -- one step, on a worker thread -----------------------------------------------------
+
+    def _execute(self, planned: _Planned) -> _Outcome:
+        label = str(planned.target.label)
+        started = time.monotonic()
+        try:
+            with self.cache.store.lease(layout.lock(planned.key)):
+                again = self.cache.lookup(planned.key)
+                if again.entry is not None:
+                    return _Outcome(again.entry, time.monotonic() - started, ran=False)
+                attempt = self.cache.start_attempt(planned.key, label, self._attempt_info(planned))
+                return self._attempt(planned, attempt, started)
+        except Exception:  # noqa: BLE001 - a bug or an I/O error must fail one step, not hang the build
+            return _Outcome(None, time.monotonic() - started, f"internal error:\n{traceback.format_exc()}")
+
+    def _attempt_info(self, planned: _Planned) -> dict[str, Any]:
+        return {"rule": planned.target.rule.name, "started": _now(), **self.provenance.invocation}
+
+    def _attempt(self, planned: _Planned, attempt: Attempt, started: float) -> _Outcome:
+        label = str(planned.target.label)
+        context = Context(
+            label=label,
+            key=planned.key,
+            attrs=dict(planned.target.attrs),
+            inputs=self._inputs(planned.target),
+            out=attempt.out,
+            tmp=attempt.tmp,
+            log_path=attempt.log_path,
+            workspace=self.workspace,
+            scratch=self._scratch(planned),
+            log=step_logger(label, attempt.log_path),
+            progress_fn=lambda done, total, unit: self.reporter.step_progress(label, done, total, unit),
+        )
+        try:
+            if planned.target.rule.execution is Execution.SUBPROCESS:
+                _run_in_subprocess(planned.target, context)
+            else:
+                planned.target.rule.impl(context)
+            error = None
+        except StepFailed as failure:
+            error = str(failure)
+        except Exception as failure:  # noqa: BLE001 - the rule's own bug, reported with its traceback
+            context.log.error("%s", traceback.format_exc())
+            error = f"{type(failure).__name__}: {failure}"
+        finally:
+            close_logger(context.log)
+        duration = time.monotonic() - started
+        log = self.cache.store.local_path(layout.attempt_log(planned.key, attempt.attempt_id))
+        if error is not None:
+            self.cache.finish_attempt(attempt, "failed", error=error, finished=_now(), duration_s=duration)
+            return _Outcome(None, duration, error, log)
+        provenance = {
+            **attempt.record,
+            "finished": _now(),
+            "duration_s": round(duration, 3),
+        }
+        provenance.pop("status", None)
+        entry = self.cache.publish(attempt, planned.recipe, provenance)
+        self.cache.finish_attempt(attempt, "succeeded", finished=_now(), duration_s=duration)
+        return _Outcome(entry, duration, log=log)
+
+    def _inputs(self, target: Target) -> dict[str, InputFiles]:
+        inputs: dict[str, InputFiles] = {}
+        for label in self.graph.deps[str(target.label)]:
+            if label in self.graph.sources:
+                path = self.graph.sources[label].path
+                inputs[label] = InputFiles(path, (path,))
+            else:
+                entry = self._entries[label]
+                root = self.cache.output_dir(entry.key)
+                inputs[label] = InputFiles(root, tuple(root / item.path for item in entry.manifest.files))
+        return inputs
+
+    def _scratch(self, planned: _Planned) -> Path | None:
+        if not planned.target.rule.resumable:
+            return None
+        scratch = self.cache.store.local_path(layout.scratch(planned.key))
+        scratch.mkdir(parents=True, exist_ok=True)
+        return scratch
+
+
+def _add(used: Resources, need: Resources, sign: int) -> Resources:
+    return Resources(cpu=used.cpu + sign * need.cpu, memory_gb=used.memory_gb + sign * need.memory_gb)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _run_in_subprocess(target: Target, context: Context) -> None:
+    """Run the rule in `python -m marinbuild.actions.worker`, relaying progress."""
+    request = json.dumps({"impl": target.rule.impl_path, "context": context.to_json()})
+    with open(context.log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "marinbuild.actions.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=context.tmp,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(context.workspace), os.environ.get("PYTHONPATH")]))},
+        )
+    error: str | None = None
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(request)
+        process.stdin.close()
+        for line in process.stdout:
+            message = json.loads(line)
+            if "progress" in message:
+                context.progress(*message["progress"])
+            elif "error" in message:
+                error = message["error"]
+        returncode = process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if returncode != 0:
+        raise StepFailed(error or f"worker process exited with status {returncode}")
+

@@ -1,0 +1,43 @@
+"""Entry point of a step that runs in its own process (`Execution.SUBPROCESS`).
+
+Protocol: the parent writes `{"impl": "module:function", "context": {...}}` on stdin;
+the worker writes JSON lines on stdout — `{"progress": [done, total, unit]}` while it
+runs, and `{"error": message}` before exiting non-zero on failure. Everything the step
+logs goes to its log file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+from marinbuild.actions.context import Context, StepFailed
+from marinbuild.actions.logs import step_logger
+from marinbuild.targets.rule import import_impl
+
+
+def _emit(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.read())
+    context = Context.from_json(request["context"])
+    context.log = step_logger(context.label, context.log_path)
+    context.progress_fn = lambda done, total, unit: _emit({"progress": [done, total, unit]})
+    try:
+        import_impl(request["impl"])(context)
+    except StepFailed as failure:
+        _emit({"error": str(failure)})
+        return 1
+    except BaseException as error:  # noqa: BLE001 - the step's own failure, reported in full
+        context.log.error("%s", traceback.format_exc())
+        _emit({"error": f"{type(error).__name__}: {error}"})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The `marinbuild` command. The one place where errors are caught and printed.
+
+Exit status: 0 success, 1 a step failed, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+import marinbuild
+from marinbuild.actions.scheduler import BuildOptions
+from marinbuild.cli.progress import LiveReporter, PlainReporter
+from marinbuild.errors import MarinbuildError
+from marinbuild.session import Session
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _fail(error: MarinbuildError) -> None:
+    lines = [f"marinbuild: error: {error}"]
+    if error.hint:
+        lines.append(f"  hint: {error.hint}")
+    click.echo("\n".join(lines), err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def _handles_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except MarinbuildError as error:
+            _fail(error)
+
+    return wrapper
+
+
+class _DefaultToBuild(click.Group):
+    """`marinbuild //x:all` is `marinbuild build //x:all`."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        if args and args[0] not in self.commands and not args[0].startswith("--"):
+            args = ["build", *args]
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=_DefaultToBuild, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(marinbuild.__version__, prog_name="marinbuild")
+@click.option("--workspace", type=click.Path(file_okay=False, path_type=Path), help="Workspace root (default: found from the current directory).")
+@click.option("--store", "store_url", metavar="URL", help="Store URL or directory (default: the workspace's setting, else cache/).")
+@click.pass_context
+def cli(ctx: click.Context, workspace: Path | None, store_url: str | None) -> None:
+    """A content-addressed build system for training foundation models."""
+    ctx.obj = {"workspace": workspace, "store": store_url}
+
+
+def _session(ctx: click.Context) -> Session:
+    return Session.open(ctx.obj["workspace"], ctx.obj["store"])
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("patterns", nargs=-1, required=True)
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Steps run at once (default: CPU count).")
+@click.option("--keep-going", "-k", is_flag=True, help="Build what does not depend on a failure.")
+@click.option("--dry-run", "-n", is_flag=True, help="Print what would run and why; run nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every target's result.")
+@click.pass_context
+@_handles_errors
+def build(ctx: click.Context, patterns: tuple[str, ...], jobs: int | None, keep_going: bool, dry_run: bool, as_json: bool) -> None:
+    """Build the targets matched by PATTERNS (`//pkg:name`, `//pkg:all`, `//pkg/...`, `-PATTERN`)."""
+    for pattern in patterns:
+        if pattern.startswith("--"):
+            raise click.UsageError(f"no such option: {pattern}")
+    session = _session(ctx)
+    options = BuildOptions(jobs=jobs or session.workspace.jobs or os.cpu_count() or 1, keep_going=keep_going, dry_run=dry_run)
+    console = Console(stderr=True)
+    reporter = LiveReporter(console) if console.is_terminal and not dry_run else PlainReporter(console)
+    result = session.build(patterns, options, reporter)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    elif dry_run:
+        for item in result.results.values():
+            click.echo(f"{item.status.value:9} {item.label}" + (f"  ({item.reason})" if item.reason else ""))
+    else:
+        for label in result.requested:
+            item = result.results[label]
+            if item.output is not None:
+                click.echo(f"{label}: {item.output}")
+    sys.exit(0 if result.ok else EXIT_FAILED)
+
+
+@cli.command()
+@click.argument("label")
+@click.pass_context
+@_handles_errors
+def where(ctx: click.Context, label: str) -> None:
+    """Print the output directory of a built target."""
+    click.echo(_session(ctx).where(label))
+
+
+def main() -> None:
+    cli(prog_name="marinbuild")

@@ -1,0 +1,6 @@
+"""Layer 1: names. Labels (`//pkg:name`) and command-line target patterns."""
+
+from marinbuild.labels.label import Label, parse_label
+from marinbuild.labels.pattern import PatternKind, TargetPattern, parse_pattern
+
+__all__ = ["Label", "PatternKind", "TargetPattern", "parse_label", "parse_pattern"]

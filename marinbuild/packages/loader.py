@@ -1,0 +1,261 @@
+"""Loading: evaluate BUILD.marin files (Starlark) into targets.
+
+Loading is pure: it reads BUILD and .star files and lists directories for glob(), and
+nothing else — no store, no network, no ML imports — so query over hundreds of packages
+stays fast and a malformed file can never half-write anything.
+
+How rules reach Starlark: starlark-pyo3 can only expose Python callables per module, and
+a callable cannot see the Starlark call stack. So every file is evaluated with an
+implicit first line that loads a generated prelude, whose rule functions are Starlark
+wrappers passing `call_stack()` to one Python callable, `_declare`. That gives each
+target the BUILD line it was declared at (through macros too). Line numbers reported by
+Starlark are shifted back by that one injected line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import starlark as sl
+
+from marinbuild.errors import LabelError, LoadError, Location, MarinbuildError
+from marinbuild.labels import Label, parse_label
+from marinbuild.labels.label import check_name
+from marinbuild.packages.workspace import BUILD_FILE, Workspace
+from marinbuild.targets.attrs import JsonValue
+from marinbuild.targets.rule import Resources, Rule, Target
+
+_PRELUDE = "@marinbuild//:prelude.star"
+_FRAME = re.compile(r"^\s*\* (.+?):(\d+), in ", re.MULTILINE)
+_POINTER = re.compile(r"^\s*--> (.+?):(\d+):(\d+)", re.MULTILINE)
+_GLOBALS = sl.Globals.extended_by(
+    [
+        sl.LibraryExtension.CallStack,
+        sl.LibraryExtension.StructType,
+        sl.LibraryExtension.Json,
+        sl.LibraryExtension.Print,
+        sl.LibraryExtension.Map,
+        sl.LibraryExtension.Filter,
+    ]
+)
+
+
+@dataclass
+class Package:
+    """A directory with a BUILD.marin file and the targets it declares, in order."""
+
+    name: str
+    build_file: Path
+    targets: dict[str, Target] = field(default_factory=dict)
+
+
+def _first_frame(stack: str) -> Location:
+    """The outermost frame of a Starlark call stack: the BUILD line that declared a target."""
+    match = _FRAME.search(stack)
+    assert match is not None, stack
+    return Location(match.group(1), int(match.group(2)) - 1)
+
+
+def _starlark_error(error: sl.StarlarkError) -> LoadError:
+    """Turn starlark-pyo3's rendered error into `file:line: message`."""
+    text = str(error)
+    message_lines = [line[len("error: ") :] for line in text.splitlines() if line.startswith("error: ")]
+    message = message_lines[-1] if message_lines else text.strip().splitlines()[-1]
+    pointer = _POINTER.search(text)
+    location = None
+    if pointer and pointer.group(1) != _PRELUDE:
+        location = Location(pointer.group(1), int(pointer.group(2)) - 1, int(pointer.group(3)))
+    elif (frames := _FRAME.findall(text)) and frames[0][0] != _PRELUDE:
+        location = Location(frames[0][0], int(frames[0][1]) - 1)
+    return LoadError(message, location=location)
+
+
+class PackageLoader:
+    """Loads packages on demand and caches them (and the .star modules they load)."""
+
+    def __init__(self, workspace: Workspace, rules: Mapping[str, Rule]):
+        self.workspace = workspace
+        self.rules = dict(rules)
+        self._packages: dict[str, Package] = {}
+        self._modules: dict[str, sl.FrozenModule] = {}
+        self._loading: list[str] = []  # files being evaluated, innermost last
+        self._current: Package | None = None
+        self._pending: MarinbuildError | None = None
+        self._header = "load(%r, %s)\n" % (_PRELUDE, ", ".join(repr(name) for name in self.rules))
+        self._prelude = self._evaluate_prelude()
+        self._file_loader = sl.FileLoader(self._load_module)
+
+    # -- public -------------------------------------------------------------------------
+
+    def has_package(self, package: str) -> bool:
+        return (self.workspace.package_dir(package) / BUILD_FILE).is_file()
+
+    def package(self, name: str) -> Package:
+        if name not in self._packages:
+            self._packages[name] = self._load_package(name)
+        return self._packages[name]
+
+    # -- evaluation ---------------------------------------------------------------------
+
+    def _evaluate_prelude(self) -> sl.FrozenModule:
+        source = "".join(
+            f"def {name}(**kwargs):\n    return _declare({name!r}, call_stack(), kwargs)\n" for name in self.rules
+        )
+        module = sl.Module()
+        module.add_callable("_declare", self._declare)
+        sl.eval(module, sl.parse(_PRELUDE, source, sl.Dialect.extended()), _GLOBALS)
+        return module.freeze()
+
+    def _evaluate(self, display_path: str, source: str, module: sl.Module) -> None:
+        """Evaluate one file with the prelude loaded; turn every failure into a LoadError."""
+        self._loading.append(display_path)
+        try:
+            ast = sl.parse(display_path, self._header + source, sl.Dialect.extended())
+            sl.eval(module, ast, _GLOBALS, self._file_loader)
+        except sl.StarlarkError as error:
+            pending, self._pending = self._pending, None
+            raise (pending or _starlark_error(error)) from None
+        finally:
+            self._loading.pop()
+
+    def _load_package(self, name: str) -> Package:
+        build_file = self.workspace.package_dir(name) / BUILD_FILE
+        if not build_file.is_file():
+            raise LoadError(f"no package '//{name}': {build_file} does not exist")
+        package = Package(name, build_file)
+        display = str(build_file.relative_to(self.workspace.root))
+        module = sl.Module()
+        module.add_callable("glob", self._make_glob(name))
+        module.add_callable("package_name", lambda: name)
+        previous, self._current = self._current, package
+        try:
+            self._evaluate(display, build_file.read_text(), module)
+        finally:
+            self._current = previous
+        return package
+
+    def _load_module(self, path: str) -> sl.FrozenModule:
+        """starlark's load() callback: resolve `//pkg:file.star` or `:file.star`."""
+        if path == _PRELUDE:
+            return self._prelude
+        requester_dir = Path(self._loading[-1]).parent.as_posix()
+        try:
+            label = parse_label(path, "" if requester_dir == "." else requester_dir)
+        except LabelError as error:
+            self._pending = LoadError(f"load({path!r}): {error.message}")
+            raise
+        display = str(Path(label.package) / label.name)
+        if display in self._modules:
+            return self._modules[display]
+        if display in self._loading:
+            cycle = " -> ".join([*self._loading[self._loading.index(display) :], display])
+            self._pending = LoadError(f"load cycle: {cycle}")
+            raise RuntimeError(self._pending.message)
+        file = self.workspace.root / display
+        if not label.name.endswith(".star") or not file.is_file():
+            self._pending = LoadError(
+                f"load({path!r}): no .star file {display}", hint="load() takes '//pkg:file.star' or ':file.star'"
+            )
+            raise RuntimeError(self._pending.message)
+        module = sl.Module()
+        self._evaluate(display, file.read_text(), module)
+        frozen = module.freeze()
+        self._modules[display] = frozen
+        return frozen
+
+    # -- builtins exposed to Starlark ------------------------------------------------------
+
+    def _make_glob(self, package: str) -> Callable[..., list[str]]:
+        root = self.workspace.package_dir(package)
+
+        def glob(include: list[str], exclude: list[str] = (), allow_empty: bool = False) -> list[str]:
+            def matches(patterns: list[str]) -> set[Path]:
+                found: set[Path] = set()
+                for pattern in patterns:
+                    if pattern.startswith("/") or ".." in pattern.split("/"):
+                        self._pending = LoadError(f"glob pattern '{pattern}' must stay inside the package")
+                        raise RuntimeError(self._pending.message)
+                    found.update(path for path in root.glob(pattern) if path.is_file())
+                return found
+
+            files = matches(list(include)) - matches(list(exclude))
+            names = sorted(
+                path.relative_to(root).as_posix()
+                for path in files
+                if path.name != BUILD_FILE and not self._in_subpackage(root, path)
+            )
+            if not names and not allow_empty:
+                self._pending = LoadError(
+                    f"glob({list(include)}) matched no files in //{package}", hint="pass allow_empty = True if that is expected"
+                )
+                raise RuntimeError(self._pending.message)
+            return names
+
+        return glob
+
+    @staticmethod
+    def _in_subpackage(root: Path, path: Path) -> bool:
+        directory = path.parent
+        while directory != root:
+            if (directory / BUILD_FILE).is_file():
+                return True
+            directory = directory.parent
+        return False
+
+    def _declare(self, rule_name: str, stack: str, kwargs: dict[str, Any]) -> None:
+        """Called by every rule function: check the attributes and record the target."""
+        location = _first_frame(stack)
+        try:
+            self._declare_at(rule_name, kwargs, location)
+        except MarinbuildError as error:
+            self._pending = error
+            raise RuntimeError(error.message) from None
+
+    def _declare_at(self, rule_name: str, kwargs: dict[str, Any], location: Location) -> None:
+        package = self._current
+        if package is None:
+            raise LoadError(f"{rule_name}() can only be called while loading a BUILD.marin file", location=location)
+        rule = self.rules[rule_name]
+        name = kwargs.get("name")
+        if not isinstance(name, str):
+            raise LoadError(f"{rule_name}() needs a string 'name'", location=location)
+        try:
+            check_name(name, name)
+        except LabelError as error:
+            raise LoadError(error.message, location=location, hint=error.hint) from None
+        what = f"{rule_name} '{name}'"
+        if name in package.targets:
+            raise LoadError(
+                f"target '{name}' is already defined at {package.targets[name].location}", location=location
+            )
+        unknown = [key for key in kwargs if key not in rule.all_attrs]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], rule.all_attrs, n=1)
+            raise LoadError(
+                f"{what}: unknown attribute '{unknown[0]}'",
+                location=location,
+                hint=(f"did you mean '{close[0]}'? " if close else "") + f"{rule_name} takes: {', '.join(rule.all_attrs)}",
+            )
+        attrs: dict[str, JsonValue] = {}
+        for attr_name, attr in rule.all_attrs.items():
+            if attr_name not in kwargs:
+                if attr.mandatory:
+                    raise LoadError(f"{what}: missing mandatory attribute '{attr_name}'", location=location)
+                attrs[attr_name] = attr.default
+                continue
+            try:
+                attrs[attr_name] = attr.type.normalize(kwargs[attr_name], package.name)
+            except (ValueError, LabelError) as error:
+                raise LoadError(f"{what}: attribute '{attr_name}': {error}", location=location) from None
+        try:
+            Resources.from_json(attrs["resources"], rule.resources)
+            if rule.validate is not None:
+                rule.validate(attrs)
+        except ValueError as error:
+            raise LoadError(f"{what}: {error}", location=location) from None
+        package.targets[name] = Target(Label(package.name, name), rule, attrs, location)

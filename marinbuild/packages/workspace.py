@@ -1,0 +1,114 @@
+"""The workspace: the tree of packages under a root that holds marinbuild's settings.
+
+The root is the nearest directory, from the current one upwards, with a
+`marinbuild.toml` or a `pyproject.toml` containing a `[tool.marinbuild]` table.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from marinbuild.errors import WorkspaceError
+
+BUILD_FILE = "BUILD.marin"
+_KNOWN_SETTINGS = {"store", "jobs", "rules", "ignore"}
+# Never packages: VCS data, virtual environments, caches. The store is added at runtime.
+_ALWAYS_IGNORED = {".git", ".hg", "node_modules", "__pycache__", ".venv", "venv", ".marinbuild"}
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    config_file: Path
+    store: str = "cache"
+    jobs: int | None = None
+    rule_modules: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+
+    @property
+    def state_dir(self) -> Path:
+        """Machine-local state (stat cache) that is never shared and never committed."""
+        return self.root / ".marinbuild"
+
+    def store_url(self, override: str | None = None) -> str:
+        """The store URL; a relative local path is taken from the workspace root."""
+        url = override or self.store
+        if "://" in url:
+            return url
+        return str((self.root / url).resolve())
+
+    def package_dir(self, package: str) -> Path:
+        return self.root / package if package else self.root
+
+    def package_of(self, directory: Path) -> str:
+        """The package path of `directory`, for resolving relative command-line labels."""
+        try:
+            relative = directory.resolve().relative_to(self.root)
+        except ValueError:
+            return ""
+        return "" if str(relative) == "." else relative.as_posix()
+
+    def find_packages(self, below: str = "", skip: tuple[Path, ...] = ()) -> list[str]:
+        """Every package at or below `below`, sorted; hidden and ignored directories are skipped."""
+        start = self.package_dir(below)
+        ignored = {(self.root / entry).resolve() for entry in self.ignore} | {path.resolve() for path in skip}
+        packages: list[str] = []
+        for directory, subdirectories, files in os.walk(start):
+            here = Path(directory)
+            subdirectories[:] = sorted(
+                name
+                for name in subdirectories
+                if not name.startswith(".")
+                and name not in _ALWAYS_IGNORED
+                and (here / name) not in ignored
+                and not (here / name / "pyvenv.cfg").exists()
+            )
+            if BUILD_FILE in files:
+                packages.append(self.package_of(here))
+        return sorted(packages)
+
+
+def _read_settings(config_file: Path) -> dict | None:
+    try:
+        data = tomllib.loads(config_file.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise WorkspaceError(f"{config_file}: invalid TOML: {error}") from None
+    if config_file.name == "pyproject.toml":
+        return data.get("tool", {}).get("marinbuild")
+    return data
+
+
+def open_workspace(directory: Path) -> Workspace:
+    """Find the workspace containing `directory` (or rooted at it) and read its settings."""
+    start = directory.resolve()
+    for candidate in (start, *start.parents):
+        for name in ("marinbuild.toml", "pyproject.toml"):
+            config_file = candidate / name
+            if config_file.is_file() and (settings := _read_settings(config_file)) is not None:
+                return _workspace_from(candidate, config_file, settings)
+    raise WorkspaceError(
+        f"no marinbuild workspace at or above {start}",
+        hint="create a marinbuild.toml (it may be empty) at the root of your project, or pass --workspace DIR",
+    )
+
+
+def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
+    unknown = set(settings) - _KNOWN_SETTINGS
+    if unknown:
+        raise WorkspaceError(
+            f"{config_file}: unknown settings {sorted(unknown)}", hint=f"known settings: {sorted(_KNOWN_SETTINGS)}"
+        )
+    jobs = settings.get("jobs")
+    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise WorkspaceError(f"{config_file}: 'jobs' must be a positive integer, got {jobs!r}")
+    return Workspace(
+        root=root,
+        config_file=config_file,
+        store=str(settings.get("store", "cache")),
+        jobs=jobs,
+        rule_modules=tuple(settings.get("rules", ())),
+        ignore=tuple(settings.get("ignore", ())),
+    )

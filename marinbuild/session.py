@@ -1,0 +1,107 @@
+"""A session ties the layers together for one command: workspace, loader, store, cache.
+
+It is also the Python entry point for notebooks and scripts that want what the CLI
+does without a shell.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from marinbuild import store as stores
+from marinbuild.actions.graph import Graph, build_graph, expand_patterns
+from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
+from marinbuild.actions.scheduler import BuildOptions, Provenance, Scheduler
+from marinbuild.errors import GraphError
+from marinbuild.labels import parse_pattern
+from marinbuild.packages import PackageLoader, Workspace, open_workspace
+from marinbuild.store import ActionCache, StatCache, layout
+from marinbuild.store.action_cache import new_attempt_id
+from marinbuild.store.manifest import canonical_json
+from marinbuild.targets.registry import workspace_rules
+
+
+@dataclass
+class Session:
+    workspace: Workspace
+    store_url: str
+    cwd: Path
+
+    @classmethod
+    def open(cls, workspace_dir: Path | None = None, store: str | None = None, cwd: Path | None = None) -> Session:
+        cwd = (cwd or Path.cwd()).resolve()
+        workspace = open_workspace(workspace_dir or cwd)
+        return cls(workspace, workspace.store_url(store), cwd)
+
+    @cached_property
+    def loader(self) -> PackageLoader:
+        return PackageLoader(self.workspace, workspace_rules(self.workspace))
+
+    @cached_property
+    def store(self) -> stores.Store:
+        return stores.open_store(self.store_url)
+
+    @cached_property
+    def cache(self) -> ActionCache:
+        return ActionCache(self.store, StatCache(self.workspace.state_dir / "stat-cache.sqlite"))
+
+    def _skip_dirs(self) -> tuple[Path, ...]:
+        """Directories never scanned for packages: a store inside the workspace, for one."""
+        return (Path(self.store_url),) if "://" not in self.store_url else ()
+
+    def plan(self, patterns: Sequence[str]) -> Graph:
+        """Load what the patterns need and return the checked graph. Pure: no store I/O."""
+        cwd_package = self.workspace.package_of(self.cwd)
+        parsed = [parse_pattern(text, cwd_package) for text in patterns]
+        if not parsed or all(pattern.negative for pattern in parsed):
+            raise GraphError("no target patterns given", hint="e.g. 'marinbuild //experiments/hello:all'")
+        requested = expand_patterns(self.loader, parsed, self._skip_dirs())
+        if not requested:
+            raise GraphError(f"the patterns {' '.join(patterns)} match no targets", hint="targets tagged 'manual' are left out of wildcards")
+        return build_graph(self.loader, requested)
+
+    def build(self, patterns: Sequence[str], options: BuildOptions, reporter: Reporter) -> BuildResult:
+        graph = self.plan(patterns)
+        salt = stores.store_salt(self.store)
+        if not options.dry_run:
+            stores.initialize(self.store)
+        started = time.time()
+        result = Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root).run()
+        if not options.dry_run:
+            self._record_invocation(patterns, result, started)
+        return result
+
+    def _record_invocation(self, patterns: Sequence[str], result: BuildResult, started: float) -> None:
+        invocation_id = new_attempt_id()
+        record = {
+            "id": invocation_id,
+            "patterns": list(patterns),
+            "cwd": os.fspath(self.cwd),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "duration_s": round(time.time() - started, 3),
+            "counts": result.counts,
+            "targets": [
+                {"label": item.label, "key": item.key, "status": item.status.value} for item in result.results.values()
+            ],
+            **Provenance(self.workspace.root).invocation,
+        }
+        self.store.write_bytes(layout.invocation(invocation_id), canonical_json(record).encode())
+
+    def where(self, pattern: str) -> Path:
+        """The output directory of a built target whose recipe is current."""
+        graph = self.plan([pattern])
+        if len(graph.requested) != 1:
+            raise GraphError(f"'{pattern}' names {len(graph.requested)} targets; 'where' takes one label")
+        label = graph.requested[0]
+        salt = stores.store_salt(self.store)
+        options = BuildOptions(jobs=1, dry_run=True)
+        result = Scheduler(graph, self.cache, salt, options, NullReporter(), self.workspace.root).run()
+        target = result.results[label]
+        if target.status is not Status.CACHED:
+            raise GraphError(f"{label} is not built ({target.reason})", hint=f"run 'marinbuild build {label}'")
+        return self.cache.output_dir(target.key)

@@ -1,0 +1,59 @@
+"""Where things live inside a store. One module, so the layout is written down once.
+
+Every name is a '/'-separated path relative to the store root, sharded by the first two
+hex digits of the key so that no directory (or GCS prefix) grows huge or hot.
+
+    store.json                          format and salt of the store
+    ac/<kk>/<key>.json                  action-cache entry, created once, never rewritten
+    out/<kk>/<key>/...                  the outputs of a published entry
+    attempts/<kk>/<key>/<id>.json|.log  every attempt (failures too) and its log
+    invocations/<id>.json               one record per build command
+    scratch/<kk>/<key>/                 stable per-key scratch for resumable rules
+    locks/<kk>/<key>.lock               leases: one runner per key at a time
+    tmp/<id>/                           staging of running attempts (never read as output)
+    quarantine/<key>.<id>.json          entries found corrupt, moved aside before a rebuild
+"""
+
+from __future__ import annotations
+
+METADATA = "store.json"
+
+
+def _shard(key: str) -> str:
+    return f"{key[:2]}/{key}"
+
+
+def entry(key: str) -> str:
+    return f"ac/{_shard(key)}.json"
+
+
+def output(key: str) -> str:
+    return f"out/{_shard(key)}"
+
+
+def attempt_record(key: str, attempt_id: str) -> str:
+    return f"attempts/{_shard(key)}/{attempt_id}.json"
+
+
+def attempt_log(key: str, attempt_id: str) -> str:
+    return f"attempts/{_shard(key)}/{attempt_id}.log"
+
+
+def invocation(invocation_id: str) -> str:
+    return f"invocations/{invocation_id}.json"
+
+
+def scratch(key: str) -> str:
+    return f"scratch/{_shard(key)}"
+
+
+def lock(key: str) -> str:
+    return f"locks/{_shard(key)}.lock"
+
+
+def staging(attempt_id: str) -> str:
+    return f"tmp/{attempt_id}"
+
+
+def quarantine(key: str, attempt_id: str) -> str:
+    return f"quarantine/{key}.{attempt_id}.json"

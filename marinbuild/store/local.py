@@ -1,0 +1,115 @@
+"""A store in a local directory (the default: `cache/` in the workspace).
+
+Atomicity comes from the filesystem: objects are written to a temporary name and
+renamed; create-only objects are hard-linked into place, which fails if the name
+exists; leases are `flock`s, which the kernel releases when a holder dies, so a
+SIGKILLed build never leaves a stale lock behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from marinbuild.store.base import Lease, Store
+
+
+class LocalStore(Store):
+    def __init__(self, root: Path):
+        self.root = root
+        self.url = str(root)
+
+    def _path(self, path: str) -> Path:
+        return self.root / path
+
+    def _temporary_sibling(self, target: Path) -> Path:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            return self._path(path).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        target = self._path(path)
+        temporary = self._temporary_sibling(target)
+        temporary.write_bytes(data)
+        os.replace(temporary, target)
+
+    def create_only(self, path: str, data: bytes) -> bool:
+        target = self._path(path)
+        temporary = self._temporary_sibling(target)
+        with open(temporary, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        try:
+            os.link(temporary, target)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            temporary.unlink()
+
+    def exists(self, path: str) -> bool:
+        return self._path(path).exists()
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._path(prefix)
+        if base.is_file():
+            return [prefix]
+        found = []
+        for directory, _subdirectories, files in os.walk(base):
+            for name in files:
+                if not name.endswith(".tmp"):
+                    found.append(Path(directory, name).relative_to(self.root).as_posix())
+        return sorted(found)
+
+    def delete(self, path: str) -> None:
+        target = self._path(path)
+        if target.is_dir() and not target.is_symlink():
+            # Rename first so a reader never sees a half-deleted directory under the real name.
+            doomed = self._temporary_sibling(target)
+            os.rename(target, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+
+    def staging_dir(self, path: str) -> Path:
+        directory = self._path(path)
+        directory.mkdir(parents=True, exist_ok=False)
+        return directory
+
+    def put_dir(self, local: Path, path: str) -> None:
+        target = self._path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            self.delete(path)
+        os.rename(local, target)
+
+    def put_file(self, local: Path, path: str) -> None:
+        target = self._path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(local, target)
+
+    def local_path(self, path: str) -> Path:
+        return self._path(path)
+
+    @contextlib.contextmanager
+    def lease(self, name: str) -> Iterator[Lease]:
+        lock_file = self._path(name)
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_file, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield Lease(name)
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,69 @@
+"""Output manifests: every file of an output with its BLAKE3 digest and size.
+
+The tree digest (a digest of the canonical manifest) is what a dependent's key is made
+of, so two builds that produce the same bytes give their dependents the same key — the
+early cutoff that spares downstream steps after a no-op change upstream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marinbuild.store.hashing import digest_bytes, digest_file
+
+
+def canonical_json(value: Any) -> str:
+    """The one serialization used for anything that is hashed: sorted, compact, strict."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative, '/'-separated
+    digest: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    files: tuple[FileEntry, ...]
+
+    @property
+    def tree_digest(self) -> str:
+        return digest_bytes(canonical_json(self.to_json()).encode())
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(entry.size for entry in self.files)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [{"path": entry.path, "blake3": entry.digest, "size": entry.size} for entry in self.files]
+
+    @classmethod
+    def from_json(cls, data: Iterable[dict[str, Any]]) -> Manifest:
+        return cls(tuple(FileEntry(item["path"], item["blake3"], item["size"]) for item in data))
+
+
+def list_files(root: Path) -> list[str]:
+    """Every regular file under `root`, relative and sorted; symlinks are refused."""
+    found: list[str] = []
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories.sort()
+        for name in files:
+            path = Path(directory, name)
+            if path.is_symlink():
+                raise ValueError(f"output {path.relative_to(root)} is a symlink; outputs must be regular files")
+            found.append(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def hash_tree(root: Path) -> Manifest:
+    """Hash freshly written outputs (never cached: they are new by definition)."""
+    return Manifest(
+        tuple(FileEntry(relative, digest_file(root / relative), (root / relative).stat().st_size) for relative in list_files(root))
+    )

@@ -1,0 +1,6 @@
+"""Layer 3: targets. The rules API (attributes, rules, targets) and the built-in rules."""
+
+from marinbuild.targets.attrs import REQUIRED, Attr, AttrType
+from marinbuild.targets.rule import Execution, Resources, Rule, Target
+
+__all__ = ["REQUIRED", "Attr", "AttrType", "Execution", "Resources", "Rule", "Target"]

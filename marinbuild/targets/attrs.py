@@ -1,0 +1,209 @@
+"""Attribute schemas: what a rule accepts, what is identity, and where labels hide.
+
+A BUILD file hands a rule JSON-like values. The schema checks each value's type where it
+is written (so the error points at the BUILD line), turns relative labels into absolute
+ones, and knows how to find and replace the labels inside a value. Replacing labels by
+the digests of what they name is what makes a key independent of target names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from marinbuild.labels import parse_label
+
+JsonValue = Any  # dict[str, JsonValue] | list[JsonValue] | str | int | float | bool | None
+LabelMap = Callable[[str], str]
+
+REQUIRED: Any = object()  # sentinel default: the attribute is mandatory
+
+
+def json_type_error(value: JsonValue) -> str | None:
+    """Return why `value` is not JSON-like, or None if it is."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if value == value and value not in (float("inf"), float("-inf")) else "NaN and infinities are not allowed"
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            if (why := json_type_error(item)) is not None:
+                return why
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"dict keys must be strings, got {type(key).__name__} {key!r}"
+            if (why := json_type_error(item)) is not None:
+                return why
+        return None
+    return f"values must be JSON-like (dict, list, string, number, bool, None), got {type(value).__name__}"
+
+
+def _freeze_lists(value: JsonValue) -> JsonValue:
+    """Starlark tuples arrive as Python tuples; store every sequence as a list."""
+    if isinstance(value, (list, tuple)):
+        return [_freeze_lists(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _freeze_lists(item) for key, item in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class AttrType:
+    """One kind of attribute value.
+
+    `normalize` checks a value and makes its labels absolute (raising ValueError with a
+    message for the user); `map_labels` rebuilds a normalized value with every label
+    replaced, for keys and for handing paths to rule implementations.
+    """
+
+    name: str
+    normalize: Callable[[JsonValue, str], JsonValue]
+    map_labels: Callable[[JsonValue, LabelMap], JsonValue]
+
+    def labels(self, value: JsonValue) -> list[str]:
+        found: list[str] = []
+        self.map_labels(value, lambda label: found.append(label) or label)
+        return found
+
+
+def _no_labels(value: JsonValue, _fn: LabelMap) -> JsonValue:
+    return value
+
+
+def _scalar(name: str, *types: type) -> AttrType:
+    def normalize(value: JsonValue, _package: str) -> JsonValue:
+        if isinstance(value, bool) and bool not in types:
+            raise ValueError(f"expected {name}, got bool {value!r}")
+        if not isinstance(value, types):
+            raise ValueError(f"expected {name}, got {type(value).__name__} {value!r}")
+        return value
+
+    return AttrType(name, normalize, _no_labels)
+
+
+def _normalize_string_list(value: JsonValue, _package: str) -> JsonValue:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return list(value)
+
+
+def _normalize_json(value: JsonValue, _package: str) -> JsonValue:
+    if (why := json_type_error(value)) is not None:
+        raise ValueError(why)
+    return _freeze_lists(value)
+
+
+def _normalize_dict(value: JsonValue, package: str) -> JsonValue:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a dict, got {type(value).__name__} {value!r}")
+    return _normalize_json(value, package)
+
+
+def absolute_label(text: JsonValue, package: str) -> str:
+    if not isinstance(text, str):
+        raise ValueError(f"expected a label string, got {type(text).__name__} {text!r}")
+    return str(parse_label(text, package))
+
+
+def _normalize_label(value: JsonValue, package: str) -> JsonValue:
+    return absolute_label(value, package)
+
+
+def _normalize_optional_label(value: JsonValue, package: str) -> JsonValue:
+    return None if value is None else absolute_label(value, package)
+
+
+def _map_optional_label(value: JsonValue, fn: LabelMap) -> JsonValue:
+    return None if value is None else fn(value)
+
+
+def _normalize_label_list(value: JsonValue, package: str) -> JsonValue:
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"expected a list of labels, got {type(value).__name__} {value!r}")
+    labels = [absolute_label(item, package) for item in value]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate labels {duplicates}")
+    return labels
+
+
+def _map_label_list(value: JsonValue, fn: LabelMap) -> JsonValue:
+    return [fn(label) for label in value]
+
+
+def _normalize_label_keyed_dict(value: JsonValue, package: str) -> JsonValue:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a dict keyed by labels, got {type(value).__name__} {value!r}")
+    normalized = {absolute_label(label, package): _normalize_json(item, package) for label, item in value.items()}
+    if len(normalized) != len(value):
+        raise ValueError("two keys name the same label")
+    return normalized
+
+
+def _map_label_keyed_dict(value: JsonValue, fn: LabelMap) -> JsonValue:
+    return {fn(label): item for label, item in value.items()}
+
+
+# `$(location LABEL)` and `$(locations LABEL)` inside a command template.
+LOCATION_REF = re.compile(r"\$\((locations?)\s+([^)\s]+)\s*\)")
+
+
+def _normalize_template(value: JsonValue, package: str) -> JsonValue:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {type(value).__name__} {value!r}")
+    return LOCATION_REF.sub(lambda m: f"$({m.group(1)} {absolute_label(m.group(2), package)})", value)
+
+
+def _map_template(value: JsonValue, fn: LabelMap) -> JsonValue:
+    return LOCATION_REF.sub(lambda m: f"$({m.group(1)} {fn(m.group(2))})", value)
+
+
+def _normalize_function(value: JsonValue, package: str) -> JsonValue:
+    if not isinstance(value, str) or value.count(":") < 1:
+        raise ValueError(f"expected 'FILE_LABEL:function' such as '//pkg:steps.py:prepare', got {value!r}")
+    file_label, _, function = value.rpartition(":")
+    if not function.isidentifier() or not file_label.endswith(".py"):
+        raise ValueError(f"expected 'FILE_LABEL:function' naming a .py file and a function, got {value!r}")
+    return f"{absolute_label(file_label, package)}:{function}"
+
+
+def _map_function(value: JsonValue, fn: LabelMap) -> JsonValue:
+    file_label, _, function = value.rpartition(":")
+    return f"{fn(file_label)}:{function}"
+
+
+STRING = _scalar("a string", str)
+INT = _scalar("an int", int)
+FLOAT = _scalar("a number", int, float)
+BOOL = _scalar("a bool", bool)
+STRING_LIST = AttrType("string_list", _normalize_string_list, _no_labels)
+DICT = AttrType("dict", _normalize_dict, _no_labels)
+JSON = AttrType("json", _normalize_json, _no_labels)
+LABEL = AttrType("label", _normalize_label, lambda value, fn: fn(value))
+OPTIONAL_LABEL = AttrType("optional_label", _normalize_optional_label, _map_optional_label)
+LABEL_LIST = AttrType("label_list", _normalize_label_list, _map_label_list)
+LABEL_KEYED_DICT = AttrType("label_keyed_dict", _normalize_label_keyed_dict, _map_label_keyed_dict)
+TEMPLATE = AttrType("template", _normalize_template, _map_template)
+FUNCTION = AttrType("function", _normalize_function, _map_function)
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute of a rule.
+
+    `identity=False` marks attributes that say where or how a step runs (resources,
+    description, tags): they never enter the action key, so changing them reruns nothing.
+    """
+
+    type: AttrType
+    default: JsonValue = REQUIRED
+    identity: bool = True
+    doc: str = ""
+
+    @property
+    def mandatory(self) -> bool:
+        return self.default is REQUIRED

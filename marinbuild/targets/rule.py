@@ -1,0 +1,135 @@
+"""The rules API: what a step kind declares, and the targets a BUILD file instantiates.
+
+A rule is plain data plus an `impl(ctx)` function. Rule modules must stay cheap to
+import — loading BUILD files imports them — so heavy libraries (jax, levanter) are
+imported inside `impl`.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from marinbuild.errors import Location
+from marinbuild.labels import Label
+from marinbuild.targets import attrs as types
+from marinbuild.targets.attrs import Attr, JsonValue
+
+if TYPE_CHECKING:
+    from marinbuild.actions.context import Context
+
+
+class Execution(enum.Enum):
+    """Where an implementation runs.
+
+    THREAD suits rules whose impl only waits on a child process (genrule). SUBPROCESS
+    isolates user Python code: a crash or a hang cannot take the build down, and
+    killing the step kills all of it.
+    """
+
+    THREAD = "thread"
+    SUBPROCESS = "subprocess"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a step needs from the machine; the scheduler never oversubscribes them."""
+
+    cpu: float = 1.0
+    memory_gb: float = 0.0
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any] | None, default: Resources) -> Resources:
+        if not value:
+            return default
+        unknown = set(value) - {"cpu", "memory_gb"}
+        if unknown:
+            raise ValueError(f"unknown resource fields {sorted(unknown)}; known: cpu, memory_gb")
+        return cls(
+            cpu=float(value.get("cpu", default.cpu)),
+            memory_gb=float(value.get("memory_gb", default.memory_gb)),
+        )
+
+
+# Attributes every rule has. None of them is identity: renaming a target, retagging it
+# or giving it more CPUs must never rerun it.
+COMMON_ATTRS: dict[str, Attr] = {
+    "name": Attr(types.STRING, identity=False, doc="The target's name within its package."),
+    "tags": Attr(types.STRING_LIST, default=[], identity=False, doc="'manual' keeps it out of wildcards."),
+    "description": Attr(types.STRING, default="", identity=False),
+    "resources": Attr(types.DICT, default={}, identity=False, doc="{'cpu': N, 'memory_gb': N}"),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A kind of step. Bump `version` when a change of `impl` should rebuild old outputs."""
+
+    name: str
+    impl: Callable[[Context], None]
+    attrs: Mapping[str, Attr]
+    version: int = 1
+    doc: str = ""
+    resources: Resources = Resources()
+    resumable: bool = False
+    execution: Execution = Execution.THREAD
+    # Checks across attributes at load time; raises ValueError so the error names the BUILD line.
+    validate: Callable[[Mapping[str, JsonValue]], None] | None = None
+    all_attrs: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        clash = set(self.attrs) & set(COMMON_ATTRS)
+        if clash:
+            raise ValueError(f"rule {self.name} redeclares common attributes {sorted(clash)}")
+        object.__setattr__(self, "all_attrs", {**COMMON_ATTRS, **self.attrs})
+
+    @property
+    def impl_path(self) -> str:
+        """`module:function`, so a worker process can import the implementation."""
+        return f"{self.impl.__module__}:{self.impl.__qualname__}"
+
+
+def import_impl(path: str) -> Callable[[Context], None]:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True, eq=False)
+class Target:
+    """One instantiation of a rule in a BUILD file, with attributes checked and defaulted.
+
+    Attribute values are JSON-like and every label in them is absolute, so a target is
+    fully described by its label, rule and attrs.
+    """
+
+    label: Label
+    rule: Rule
+    attrs: Mapping[str, JsonValue]
+    location: Location
+
+    @property
+    def tags(self) -> list[str]:
+        return self.attrs["tags"]
+
+    @property
+    def resources(self) -> Resources:
+        return Resources.from_json(self.attrs["resources"], self.rule.resources)
+
+    def dependency_labels(self) -> list[str]:
+        """Every label the target's attributes mention, in attribute order, deduplicated."""
+        seen: dict[str, None] = {}
+        for name, attr in self.rule.all_attrs.items():
+            for label in attr.type.labels(self.attrs[name]):
+                seen.setdefault(label)
+        return list(seen)
+
+    def map_labels(self, fn: Callable[[str], str], *, identity_only: bool) -> dict[str, JsonValue]:
+        """The attributes with every label replaced by `fn(label)`."""
+        return {
+            name: attr.type.map_labels(self.attrs[name], fn)
+            for name, attr in self.rule.all_attrs.items()
+            if attr.identity or not identity_only
+        }
