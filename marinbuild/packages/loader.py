@@ -61,15 +61,22 @@ def _first_frame(stack: str) -> Location:
     return Location(match.group(1), int(match.group(2)) - 1)
 
 
-def _starlark_error(error: sl.StarlarkError) -> LoadError:
-    """Turn starlark-pyo3's rendered error into `file:line: message`."""
+def _starlark_error(error: sl.StarlarkError, source: str) -> LoadError:
+    """Turn starlark-pyo3's rendered error into `file:line: message`.
+
+    Lines are shifted back by the injected prelude line. Starlark places an error at the
+    end of input (an unclosed bracket) on that injected line; report it at the file's end.
+    """
     text = str(error)
     message_lines = [line[len("error: ") :] for line in text.splitlines() if line.startswith("error: ")]
     message = message_lines[-1] if message_lines else text.strip().splitlines()[-1]
     pointer = _POINTER.search(text)
     location = None
     if pointer and pointer.group(1) != _PRELUDE:
-        location = Location(pointer.group(1), int(pointer.group(2)) - 1, int(pointer.group(3)))
+        line, column = int(pointer.group(2)) - 1, int(pointer.group(3))
+        if line < 1:
+            line, column, message = max(1, source.count("\n")), None, f"{message} (at end of file)"
+        location = Location(pointer.group(1), line, column)
     elif (frames := _FRAME.findall(text)) and frames[0][0] != _PRELUDE:
         location = Location(frames[0][0], int(frames[0][1]) - 1)
     return LoadError(message, location=location)
@@ -84,6 +91,7 @@ class PackageLoader:
         self._packages: dict[str, Package] = {}
         self._modules: dict[str, sl.FrozenModule] = {}
         self._loading: list[str] = []  # files being evaluated, innermost last
+        self._sources: dict[str, str] = {}  # their text, to place errors in load() statements
         self._current: Package | None = None
         self._pending: MarinbuildError | None = None
         self._header = "load(%r, %s)\n" % (_PRELUDE, ", ".join(repr(name) for name in self.rules))
@@ -114,12 +122,15 @@ class PackageLoader:
     def _evaluate(self, display_path: str, source: str, module: sl.Module) -> None:
         """Evaluate one file with the prelude loaded; turn every failure into a LoadError."""
         self._loading.append(display_path)
+        self._sources[display_path] = source
         try:
             ast = sl.parse(display_path, self._header + source, sl.Dialect.extended())
             sl.eval(module, ast, _GLOBALS, self._file_loader)
         except sl.StarlarkError as error:
-            pending, self._pending = self._pending, None
-            raise (pending or _starlark_error(error)) from None
+            failure = self._pending or _starlark_error(error, source)
+            # Inside a load(), the error must survive the trip through the loading file's eval.
+            self._pending = failure if len(self._loading) > 1 else None
+            raise failure from None
         finally:
             self._loading.pop()
 
@@ -143,23 +154,27 @@ class PackageLoader:
         """starlark's load() callback: resolve `//pkg:file.star` or `:file.star`."""
         if path == _PRELUDE:
             return self._prelude
-        requester_dir = Path(self._loading[-1]).parent.as_posix()
+        requester = self._loading[-1]
+        where = self._load_statement(requester, path)
+        requester_dir = Path(requester).parent.as_posix()
         try:
             label = parse_label(path, "" if requester_dir == "." else requester_dir)
         except LabelError as error:
-            self._pending = LoadError(f"load({path!r}): {error.message}")
+            self._pending = LoadError(f"load({path!r}): {error.message}", location=where)
             raise
         display = str(Path(label.package) / label.name)
         if display in self._modules:
             return self._modules[display]
         if display in self._loading:
             cycle = " -> ".join([*self._loading[self._loading.index(display) :], display])
-            self._pending = LoadError(f"load cycle: {cycle}")
+            self._pending = LoadError(f"load cycle: {cycle}", location=where)
             raise RuntimeError(self._pending.message)
         file = self.workspace.root / display
         if not label.name.endswith(".star") or not file.is_file():
             self._pending = LoadError(
-                f"load({path!r}): no .star file {display}", hint="load() takes '//pkg:file.star' or ':file.star'"
+                f"load({path!r}): no .star file {display}",
+                location=where,
+                hint="load() takes '//pkg:file.star' or ':file.star'",
             )
             raise RuntimeError(self._pending.message)
         module = sl.Module()
@@ -167,6 +182,13 @@ class PackageLoader:
         frozen = module.freeze()
         self._modules[display] = frozen
         return frozen
+
+    def _load_statement(self, requester: str, path: str) -> Location:
+        """The line of `requester` that loads `path` (the load callback is not told)."""
+        for number, line in enumerate(self._sources[requester].splitlines(), start=1):
+            if f'"{path}"' in line or f"'{path}'" in line:
+                return Location(requester, number)
+        return Location(requester, 1)
 
     # -- builtins exposed to Starlark ------------------------------------------------------
 
