@@ -20,9 +20,9 @@ from marinbuild.actions.scheduler import BuildOptions, Provenance, Scheduler
 from marinbuild.errors import GraphError
 from marinbuild.labels import parse_pattern
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
-from marinbuild.store import ActionCache, StatCache, layout
+from marinbuild.hashing import StatCache, canonical_json
+from marinbuild.store import ActionCache, layout
 from marinbuild.store.action_cache import new_attempt_id
-from marinbuild.store.manifest import canonical_json
 from marinbuild.targets.registry import workspace_rules
 
 

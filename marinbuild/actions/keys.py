@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from marinbuild.store.hashing import digest_bytes
-from marinbuild.store.manifest import canonical_json
+from marinbuild.hashing import canonical_json, digest_bytes
 from marinbuild.targets.rule import Target
 
 KEY_FORMAT = 1

@@ -35,7 +35,6 @@ from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
 from marinbuild.labels import parse_label
 from marinbuild.store import ActionCache, Attempt, CacheEntry, layout
-from marinbuild.store.hashing import StatCache
 from marinbuild.targets.rule import Execution, Resources, Target
 
 

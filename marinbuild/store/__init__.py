@@ -9,7 +9,6 @@ from marinbuild.errors import StoreError
 from marinbuild.store import layout
 from marinbuild.store.action_cache import ActionCache, Attempt, CacheEntry, Lookup
 from marinbuild.store.base import Lease, Store
-from marinbuild.store.hashing import StatCache
 from marinbuild.store.local import LocalStore
 
 __all__ = [
@@ -18,7 +17,6 @@ __all__ = [
     "CacheEntry",
     "Lease",
     "Lookup",
-    "StatCache",
     "Store",
     "initialize",
     "open_store",

@@ -19,8 +19,8 @@ from typing import Any
 
 from marinbuild.store import layout
 from marinbuild.store.base import Store
-from marinbuild.store.hashing import StatCache
-from marinbuild.store.manifest import Manifest, canonical_json, hash_tree
+from marinbuild.hashing import StatCache, canonical_json
+from marinbuild.store.manifest import Manifest, hash_tree
 
 ENTRY_FORMAT = 1
 

@@ -7,19 +7,13 @@ early cutoff that spares downstream steps after a no-op change upstream.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marinbuild.store.hashing import digest_bytes, digest_file
-
-
-def canonical_json(value: Any) -> str:
-    """The one serialization used for anything that is hashed: sorted, compact, strict."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+from marinbuild.hashing import canonical_json, digest_bytes, digest_file
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,14 @@ also what lets every read of a local store be verified without rehashing everyth
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import blake3
 
@@ -24,6 +26,11 @@ _CHUNK = 1024 * 1024
 # A file modified this close to when its digest was recorded might have changed again
 # within the filesystem's timestamp granularity (Git's "racy clean" problem): never trust it.
 _RACY_NS = 2_000_000_000
+
+
+def canonical_json(value: Any) -> str:
+    """The one serialization used for anything that is hashed: sorted, compact, strict."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def digest_bytes(data: bytes) -> str:
