@@ -37,8 +37,8 @@ def digest_bytes(data: bytes) -> str:
     return blake3.blake3(data).hexdigest()
 
 
-def digest_file(path: Path) -> str:
-    size = path.stat().st_size
+def digest_file(path: str | Path) -> str:
+    size = os.stat(path).st_size
     if size >= _PARALLEL_THRESHOLD:
         hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
         hasher.update_mmap(path)
@@ -89,7 +89,7 @@ class StatCache:
         )
         return connection
 
-    def digest(self, path: Path) -> tuple[str, int]:
+    def digest(self, path: str | Path) -> tuple[str, int]:
         """(digest, size) of a file, from the cache when its stat signature is unchanged."""
         key = str(path)
         stat = os.stat(key)
@@ -101,7 +101,7 @@ class StatCache:
         self.record(path, digest, stat)
         return digest, stat.st_size
 
-    def record(self, path: Path, digest: str, stat: os.stat_result | None = None) -> None:
+    def record(self, path: str | Path, digest: str, stat: os.stat_result | None = None) -> None:
         """Remember a digest computed elsewhere (e.g. while publishing outputs)."""
         stat = stat or os.stat(path)
         row = (_Signature.of(stat), digest, time.time_ns())

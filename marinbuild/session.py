@@ -20,6 +20,7 @@ from marinbuild.actions.scheduler import BuildOptions, Provenance, Scheduler
 from marinbuild.errors import GraphError
 from marinbuild.labels import parse_pattern
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
+from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
 from marinbuild.hashing import StatCache, canonical_json
 from marinbuild.store import ActionCache, layout
 from marinbuild.store.action_cache import new_attempt_id
@@ -39,8 +40,16 @@ class Session:
         return cls(workspace, workspace.store_url(store), cwd)
 
     @cached_property
+    def stat_cache(self) -> StatCache:
+        return StatCache(self.workspace.state_dir / "stat-cache.sqlite")
+
+    @cached_property
     def loader(self) -> PackageLoader:
-        return PackageLoader(self.workspace, workspace_rules(self.workspace))
+        rules = workspace_rules(self.workspace)
+        cache = PackageCache(
+            self.workspace.state_dir / "packages.pickle", self.workspace.root, rules_fingerprint(rules), self.stat_cache
+        )
+        return PackageLoader(self.workspace, rules, cache)
 
     @cached_property
     def store(self) -> stores.Store:
@@ -48,7 +57,7 @@ class Session:
 
     @cached_property
     def cache(self) -> ActionCache:
-        return ActionCache(self.store, StatCache(self.workspace.state_dir / "stat-cache.sqlite"))
+        return ActionCache(self.store, self.stat_cache)
 
     def _skip_dirs(self) -> tuple[Path, ...]:
         """Directories never scanned for packages: a store inside the workspace, for one."""
@@ -63,7 +72,10 @@ class Session:
         requested = expand_patterns(self.loader, parsed, self._skip_dirs())
         if not requested:
             raise GraphError(f"the patterns {' '.join(patterns)} match no targets", hint="targets tagged 'manual' are left out of wildcards")
-        return build_graph(self.loader, requested)
+        graph = build_graph(self.loader, requested)
+        self.loader.save_cache()
+        self.stat_cache.save()
+        return graph
 
     def build(self, patterns: Sequence[str], options: BuildOptions, reporter: Reporter) -> BuildResult:
         graph = self.plan(patterns)

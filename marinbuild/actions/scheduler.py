@@ -181,7 +181,7 @@ class Scheduler:
         key = keys.action_key(recipe)
         lookup = self.cache.lookup(key)
         if lookup.entry is not None:
-            self._record(TargetResult(label, Status.CACHED, key, self.cache.output_dir(key)))
+            self._record(TargetResult(label, Status.CACHED, key, lookup.output))
             self._resolve(label, lookup.entry)
             return None
         if lookup.problem is not None:

@@ -26,6 +26,7 @@ import starlark as sl
 from marinbuild.errors import LabelError, LoadError, Location, MarinbuildError
 from marinbuild.labels import Label, parse_label
 from marinbuild.labels.label import check_name
+from marinbuild.packages.package_cache import GlobCall, PackageCache, PackageRecord
 from marinbuild.packages.workspace import BUILD_FILE, Workspace
 from marinbuild.targets.attrs import JsonValue
 from marinbuild.targets.rule import Resources, Rule, Target
@@ -85,10 +86,16 @@ def _starlark_error(error: sl.StarlarkError, source: str) -> LoadError:
 class PackageLoader:
     """Loads packages on demand and caches them (and the .star modules they load)."""
 
-    def __init__(self, workspace: Workspace, rules: Mapping[str, Rule]):
+    def __init__(self, workspace: Workspace, rules: Mapping[str, Rule], cache: PackageCache | None = None):
         self.workspace = workspace
         self.rules = dict(rules)
+        self.cache = cache
         self._packages: dict[str, Package] = {}
+        self._has_package: dict[str, bool] = {}
+        # Per file being evaluated: the files it read (itself, and .star files loaded transitively).
+        self._reads: list[set[str]] = []
+        self._module_reads: dict[str, set[str]] = {}
+        self._globs: list[GlobCall] = []
         self._modules: dict[str, sl.FrozenModule] = {}
         self._loading: list[str] = []  # files being evaluated, innermost last
         self._sources: dict[str, str] = {}  # their text, to place errors in load() statements
@@ -101,12 +108,46 @@ class PackageLoader:
     # -- public -------------------------------------------------------------------------
 
     def has_package(self, package: str) -> bool:
-        return (self.workspace.package_dir(package) / BUILD_FILE).is_file()
+        if package not in self._has_package:
+            self._has_package[package] = (self.workspace.package_dir(package) / BUILD_FILE).is_file()
+        return self._has_package[package]
 
     def package(self, name: str) -> Package:
         if name not in self._packages:
-            self._packages[name] = self._load_package(name)
+            self._packages[name] = self._cached_package(name) or self._load_package(name)
         return self._packages[name]
+
+    def save_cache(self) -> None:
+        if self.cache is not None:
+            self.cache.save()
+
+    # -- the package cache ----------------------------------------------------------------
+
+    def _cached_package(self, name: str) -> Package | None:
+        if self.cache is None:
+            return None
+        root = self.workspace.package_dir(name)
+        record = self.cache.get(name, lambda include, exclude: glob_files(root, include, exclude))
+        if record is None:
+            return None
+        package = Package(name, root / BUILD_FILE)
+        for target_name, rule_name, attrs, file, line in record.targets:
+            rule = self.rules[rule_name]
+            package.targets[target_name] = Target(Label(name, target_name), rule, attrs, Location(file, line))
+        return package
+
+    def _record(self, package: Package, reads: set[str]) -> None:
+        if self.cache is None:
+            return
+        record = PackageRecord(
+            files={relative: self.cache.file_digest(relative) for relative in sorted(reads)},
+            globs=list(self._globs),
+            targets=[
+                (target.label.name, target.rule.name, dict(target.attrs), target.location.file, target.location.line)
+                for target in package.targets.values()
+            ],
+        )
+        self.cache.put(package.name, record)
 
     # -- evaluation ---------------------------------------------------------------------
 
@@ -119,10 +160,13 @@ class PackageLoader:
         sl.eval(module, sl.parse(_PRELUDE, source, sl.Dialect.extended()), _GLOBALS)
         return module.freeze()
 
-    def _evaluate(self, display_path: str, source: str, module: sl.Module) -> None:
-        """Evaluate one file with the prelude loaded; turn every failure into a LoadError."""
+    def _evaluate(self, display_path: str, source: str, module: sl.Module) -> set[str]:
+        """Evaluate one file with the prelude loaded; return the files it read.
+
+        Every failure becomes a LoadError."""
         self._loading.append(display_path)
         self._sources[display_path] = source
+        self._reads.append({display_path})
         try:
             ast = sl.parse(display_path, self._header + source, sl.Dialect.extended())
             sl.eval(module, ast, _GLOBALS, self._file_loader)
@@ -133,6 +177,8 @@ class PackageLoader:
             raise failure from None
         finally:
             self._loading.pop()
+            reads = self._reads.pop()
+        return reads
 
     def _load_package(self, name: str) -> Package:
         build_file = self.workspace.package_dir(name) / BUILD_FILE
@@ -144,10 +190,12 @@ class PackageLoader:
         module.add_callable("glob", self._make_glob(name))
         module.add_callable("package_name", lambda: name)
         previous, self._current = self._current, package
+        self._globs = []
         try:
-            self._evaluate(display, build_file.read_text(), module)
+            reads = self._evaluate(display, build_file.read_text(), module)
         finally:
             self._current = previous
+        self._record(package, reads)
         return package
 
     def _load_module(self, path: str) -> sl.FrozenModule:
@@ -155,30 +203,31 @@ class PackageLoader:
         if path == _PRELUDE:
             return self._prelude
         requester = self._loading[-1]
-        where = self._load_statement(requester, path)
         requester_dir = Path(requester).parent.as_posix()
         try:
             label = parse_label(path, "" if requester_dir == "." else requester_dir)
         except LabelError as error:
-            self._pending = LoadError(f"load({path!r}): {error.message}", location=where)
+            self._pending = LoadError(f"load({path!r}): {error.message}", location=self._load_statement(requester, path))
             raise
         display = str(Path(label.package) / label.name)
         if display in self._modules:
+            self._reads[-1].update(self._module_reads[display])
             return self._modules[display]
         if display in self._loading:
             cycle = " -> ".join([*self._loading[self._loading.index(display) :], display])
-            self._pending = LoadError(f"load cycle: {cycle}", location=where)
+            self._pending = LoadError(f"load cycle: {cycle}", location=self._load_statement(requester, path))
             raise RuntimeError(self._pending.message)
         file = self.workspace.root / display
         if not label.name.endswith(".star") or not file.is_file():
             self._pending = LoadError(
                 f"load({path!r}): no .star file {display}",
-                location=where,
+                location=self._load_statement(requester, path),
                 hint="load() takes '//pkg:file.star' or ':file.star'",
             )
             raise RuntimeError(self._pending.message)
         module = sl.Module()
-        self._evaluate(display, file.read_text(), module)
+        self._module_reads[display] = self._evaluate(display, file.read_text(), module)
+        self._reads[-1].update(self._module_reads[display])
         frozen = module.freeze()
         self._modules[display] = frozen
         return frozen
@@ -196,38 +245,21 @@ class PackageLoader:
         root = self.workspace.package_dir(package)
 
         def glob(include: list[str], exclude: list[str] = (), allow_empty: bool = False) -> list[str]:
-            def matches(patterns: list[str]) -> set[Path]:
-                found: set[Path] = set()
-                for pattern in patterns:
-                    if pattern.startswith("/") or ".." in pattern.split("/"):
-                        self._pending = LoadError(f"glob pattern '{pattern}' must stay inside the package")
-                        raise RuntimeError(self._pending.message)
-                    found.update(path for path in root.glob(pattern) if path.is_file())
-                return found
-
-            files = matches(list(include)) - matches(list(exclude))
-            names = sorted(
-                path.relative_to(root).as_posix()
-                for path in files
-                if path.name != BUILD_FILE and not self._in_subpackage(root, path)
-            )
+            include, exclude = tuple(include), tuple(exclude)
+            try:
+                names = glob_files(root, include, exclude)
+            except ValueError as error:
+                self._pending = LoadError(str(error))
+                raise
             if not names and not allow_empty:
                 self._pending = LoadError(
                     f"glob({list(include)}) matched no files in //{package}", hint="pass allow_empty = True if that is expected"
                 )
                 raise RuntimeError(self._pending.message)
+            self._globs.append(GlobCall(include, exclude, tuple(names)))
             return names
 
         return glob
-
-    @staticmethod
-    def _in_subpackage(root: Path, path: Path) -> bool:
-        directory = path.parent
-        while directory != root:
-            if (directory / BUILD_FILE).is_file():
-                return True
-            directory = directory.parent
-        return False
 
     def _declare(self, rule_name: str, stack: str, kwargs: dict[str, Any]) -> None:
         """Called by every rule function: check the attributes and record the target."""
@@ -281,3 +313,33 @@ class PackageLoader:
         except ValueError as error:
             raise LoadError(f"{what}: {error}", location=location) from None
         package.targets[name] = Target(Label(package.name, name), rule, attrs, location)
+
+
+def glob_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> list[str]:
+    """Files of the package at `root` matching `include` and not `exclude`, sorted.
+
+    Subpackages (directories with their own BUILD file) are not entered, as in Bazel.
+    """
+
+    def matches(patterns: tuple[str, ...]) -> set[Path]:
+        found: set[Path] = set()
+        for pattern in patterns:
+            if pattern.startswith("/") or ".." in pattern.split("/"):
+                raise ValueError(f"glob pattern '{pattern}' must stay inside the package")
+            found.update(path for path in root.glob(pattern) if path.is_file())
+        return found
+
+    return sorted(
+        path.relative_to(root).as_posix()
+        for path in matches(include) - matches(exclude)
+        if path.name != BUILD_FILE and not _in_subpackage(root, path)
+    )
+
+
+def _in_subpackage(root: Path, path: Path) -> bool:
+    directory = path.parent
+    while directory != root:
+        if (directory / BUILD_FILE).is_file():
+            return True
+        directory = directory.parent
+    return False

@@ -38,10 +38,8 @@ class CacheEntry:
     recipe: dict[str, Any]
     provenance: dict[str, Any]
     attempt: str
+    tree_digest: str
 
-    @property
-    def tree_digest(self) -> str:
-        return self.manifest.tree_digest
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +59,7 @@ class CacheEntry:
             key=data["key"],
             label=data["label"],
             manifest=Manifest.from_json(data["files"]),
+            tree_digest=data["tree_digest"],
             recipe=data["recipe"],
             provenance=data["provenance"],
             attempt=data["attempt"],
@@ -69,10 +68,14 @@ class CacheEntry:
 
 @dataclass(frozen=True)
 class Lookup:
-    """A verified entry, or why there is none (`problem` is set when an entry was unusable)."""
+    """A verified entry and where its outputs are, or why there is none.
+
+    `problem` is set when an entry exists but cannot be used (missing or corrupt files).
+    """
 
     entry: CacheEntry | None
     problem: str | None = None
+    output: Path | None = None
 
 
 @dataclass
@@ -114,15 +117,16 @@ class ActionCache:
             entry = CacheEntry.from_json(json.loads(data))
         except (ValueError, KeyError, TypeError) as error:
             return Lookup(None, f"action-cache entry {layout.entry(key)} is unreadable ({error})")
-        problem = self.verify(entry)
-        return Lookup(None, problem) if problem else Lookup(entry)
+        output = self.output_dir(key)
+        problem = self.verify(entry, output)
+        return Lookup(None, problem) if problem else Lookup(entry, output=output)
 
-    def verify(self, entry: CacheEntry) -> str | None:
+    def verify(self, entry: CacheEntry, output: Path) -> str | None:
         """Check every output file against the manifest; the first problem found, or None."""
-        root = self.output_dir(entry.key)
+        root = f"{output}/"
         for item in entry.manifest.files:
             try:
-                digest, size = self.stat_cache.digest(root / item.path)
+                digest, size = self.stat_cache.digest(root + item.path)
             except FileNotFoundError:
                 return f"output file {item.path} is missing from the store"
             if size != item.size or digest != item.digest:
@@ -163,7 +167,9 @@ class ActionCache:
         root = self.output_dir(attempt.key)
         for item in manifest.files:
             self.stat_cache.record(root / item.path, item.digest)
-        entry = CacheEntry(attempt.key, attempt.label, manifest, recipe, provenance, attempt.attempt_id)
+        entry = CacheEntry(
+            attempt.key, attempt.label, manifest, recipe, provenance, attempt.attempt_id, manifest.tree_digest
+        )
         if not self.store.create_only(layout.entry(attempt.key), canonical_json(entry.to_json()).encode()):
             winner = self.lookup(attempt.key).entry
             if winner is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ class FileEntry:
 class Manifest:
     files: tuple[FileEntry, ...]
 
-    @property
+    @cached_property
     def tree_digest(self) -> str:
         return digest_bytes(canonical_json(self.to_json()).encode())
 
