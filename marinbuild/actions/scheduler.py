@@ -12,6 +12,7 @@ rule, and publishes. A failure skips everything downstream of it; without
 from __future__ import annotations
 
 import getpass
+import importlib.metadata
 import json
 import os
 import platform
@@ -74,6 +75,7 @@ class Provenance:
 
     def __init__(self, workspace: Path):
         self.workspace = workspace
+        self._versions: dict[str, str | None] = {}
 
     @cached_property
     def invocation(self) -> dict[str, Any]:
@@ -86,6 +88,18 @@ class Provenance:
             "platform": platform.platform(),
             **self._git(),
         }
+
+    def packages(self, names: tuple[str, ...]) -> dict[str, str | None]:
+        """Installed versions of the distributions a rule declares (None if absent)."""
+        versions: dict[str, str | None] = {}
+        for name in names:
+            if name not in self._versions:
+                try:
+                    self._versions[name] = importlib.metadata.version(name)
+                except importlib.metadata.PackageNotFoundError:
+                    self._versions[name] = None
+            versions[name] = self._versions[name]
+        return versions
 
     def _git(self) -> dict[str, Any]:
         def git(*args: str) -> str | None:
@@ -257,7 +271,14 @@ class Scheduler:
             return _Outcome(None, time.monotonic() - started, f"internal error:\n{traceback.format_exc()}")
 
     def _attempt_info(self, planned: _Planned) -> dict[str, Any]:
-        return {"rule": planned.target.rule.name, "started": _now(), **self.provenance.invocation}
+        rule = planned.target.rule
+        return {
+            "rule": rule.name,
+            "rule_version": rule.version,
+            "started": _now(),
+            **self.provenance.invocation,
+            "packages": self.provenance.packages(rule.packages),
+        }
 
     def _attempt(self, planned: _Planned, attempt: Attempt, started: float) -> _Outcome:
         label = str(planned.target.label)

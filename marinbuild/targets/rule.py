@@ -76,6 +76,8 @@ class Rule:
     resources: Resources = Resources()
     resumable: bool = False
     execution: Execution = Execution.THREAD
+    # Distributions whose versions are recorded in each output's provenance (e.g. "jax").
+    packages: tuple[str, ...] = ()
     # Checks across attributes at load time; raises ValueError so the error names the BUILD line.
     validate: Callable[[Mapping[str, JsonValue]], None] | None = None
     all_attrs: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
