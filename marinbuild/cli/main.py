@@ -68,7 +68,38 @@ def _session(ctx: click.Context) -> Session:
     return Session.open(ctx.obj["workspace"], ctx.obj["store"])
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+class _BuildCommand(click.Command):
+    """Accepts subtractions (`-//pkg:x`, `-:x`, `-pkg/...`) among the options, not only after `--`.
+
+    An argument starting with '-' whose rest looks like a label (it contains '/', ':' or
+    '...') is a pattern; anything else is an option, so typos are still reported.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            split = args.index("--")
+            head, tail = args[:split], args[split + 1 :]
+        else:
+            head, tail = args, []
+        options: list[str] = []
+        patterns: list[str] = []  # in the order given: subtraction is order-sensitive
+        takes_value = {name for param in self.params if not getattr(param, "is_flag", True) for name in param.opts}
+        arguments = iter(head)
+        for arg in arguments:
+            if arg in takes_value:
+                options += [arg, next(arguments, "")]
+            elif arg.startswith("-") and not _is_subtraction(arg):
+                options.append(arg)
+            else:
+                patterns.append(arg)
+        return super().parse_args(ctx, [*options, "--", *patterns, *tail])
+
+
+def _is_subtraction(arg: str) -> bool:
+    return arg.startswith("-") and not arg.startswith("--") and any(mark in arg for mark in "/:") or arg.startswith("-...")
+
+
+@cli.command(cls=_BuildCommand)
 @click.argument("patterns", nargs=-1, required=True)
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Steps run at once (default: CPU count).")
 @click.option("--keep-going", "-k", is_flag=True, help="Build what does not depend on a failure.")
@@ -78,12 +109,9 @@ def _session(ctx: click.Context) -> Session:
 @_handles_errors
 def build(ctx: click.Context, patterns: tuple[str, ...], jobs: int | None, keep_going: bool, dry_run: bool, as_json: bool) -> None:
     """Build the targets matched by PATTERNS (`//pkg:name`, `//pkg:all`, `//pkg/...`, `-PATTERN`)."""
-    for pattern in patterns:
-        if pattern.startswith("--"):
-            raise click.UsageError(f"no such option: {pattern}")
     session = _session(ctx)
     options = BuildOptions(jobs=jobs or session.workspace.jobs or os.cpu_count() or 1, keep_going=keep_going, dry_run=dry_run)
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False, highlight=False)
     reporter = LiveReporter(console) if console.is_terminal and not dry_run else PlainReporter(console)
     result = session.build(patterns, options, reporter)
     if as_json:

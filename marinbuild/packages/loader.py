@@ -33,6 +33,8 @@ from marinbuild.targets.rule import Resources, Rule, Target
 
 _PRELUDE = "@marinbuild//:prelude.star"
 _FRAME = re.compile(r"^\s*\* (.+?):(\d+), in ", re.MULTILINE)
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NON_FINITE = re.compile(r"\b(nan|inf)\b")
 _POINTER = re.compile(r"^\s*--> (.+?):(\d+):(\d+)", re.MULTILINE)
 _GLOBALS = sl.Globals.extended_by(
     [
@@ -60,6 +62,28 @@ def _first_frame(stack: str) -> Location:
     match = _FRAME.search(stack)
     assert match is not None, stack
     return Location(match.group(1), int(match.group(2)) - 1)
+
+
+def _non_finite_attribute(kwargs_repr: str) -> str | None:
+    """The attribute whose value contains a NaN or an infinity, in Starlark's repr of the kwargs."""
+    depth, key, last_string, index = 0, None, "", 0
+    while index < len(kwargs_repr):
+        char = kwargs_repr[index]
+        if char == '"':
+            match = _STRINGS.match(kwargs_repr, index)
+            assert match is not None
+            last_string, index = match.group(0)[1:-1], match.end()
+            continue
+        if char in "{[(":
+            depth += 1
+        elif char in "}])":
+            depth -= 1
+        elif char == ":" and depth == 1:
+            key = last_string
+        elif _NON_FINITE.match(kwargs_repr, index):
+            return key
+        index += 1
+    return None
 
 
 def _starlark_error(error: sl.StarlarkError, source: str) -> LoadError:
@@ -153,7 +177,8 @@ class PackageLoader:
 
     def _evaluate_prelude(self) -> sl.FrozenModule:
         source = "".join(
-            f"def {name}(**kwargs):\n    return _declare({name!r}, call_stack(), kwargs)\n" for name in self.rules
+            f"def {name}(**kwargs):\n    return _declare({name!r}, call_stack(), kwargs, repr(kwargs))\n"
+            for name in self.rules
         )
         module = sl.Module()
         module.add_callable("_declare", self._declare)
@@ -172,6 +197,8 @@ class PackageLoader:
             sl.eval(module, ast, _GLOBALS, self._file_loader)
         except sl.StarlarkError as error:
             failure = self._pending or _starlark_error(error, source)
+            if failure.location is None:
+                failure.location = _starlark_error(error, source).location
             # Inside a load(), the error must survive the trip through the loading file's eval.
             self._pending = failure if len(self._loading) > 1 else None
             raise failure from None
@@ -226,7 +253,11 @@ class PackageLoader:
             )
             raise RuntimeError(self._pending.message)
         module = sl.Module()
-        self._module_reads[display] = self._evaluate(display, file.read_text(), module)
+        previous, self._current = self._current, None  # a .star file declares no targets of its own
+        try:
+            self._module_reads[display] = self._evaluate(display, file.read_text(), module)
+        finally:
+            self._current = previous
         self._reads[-1].update(self._module_reads[display])
         frozen = module.freeze()
         self._modules[display] = frozen
@@ -234,8 +265,9 @@ class PackageLoader:
 
     def _load_statement(self, requester: str, path: str) -> Location:
         """The line of `requester` that loads `path` (the load callback is not told)."""
+        statement = re.compile(r"^\s*load\s*\(\s*(['\"])" + re.escape(path) + r"\1")
         for number, line in enumerate(self._sources[requester].splitlines(), start=1):
-            if f'"{path}"' in line or f"'{path}'" in line:
+            if statement.match(line):
                 return Location(requester, number)
         return Location(requester, 1)
 
@@ -261,10 +293,21 @@ class PackageLoader:
 
         return glob
 
-    def _declare(self, rule_name: str, stack: str, kwargs: dict[str, Any]) -> None:
-        """Called by every rule function: check the attributes and record the target."""
+    def _declare(self, rule_name: str, stack: str, kwargs: dict[str, Any], source_repr: str) -> None:
+        """Called by every rule function: check the attributes and record the target.
+
+        starlark-pyo3 hands values over through JSON, which silently turns NaN and the
+        infinities into None; `source_repr` (Starlark's repr of the same values) is where
+        they can still be seen.
+        """
         location = _first_frame(stack)
         try:
+            if ("nan" in source_repr or "inf" in source_repr) and (attr := _non_finite_attribute(source_repr)):
+                name = kwargs.get("name")
+                raise LoadError(
+                    f"{rule_name} '{name}': attribute '{attr}': NaN and infinite numbers are not JSON values",
+                    location=location,
+                )
             self._declare_at(rule_name, kwargs, location)
         except MarinbuildError as error:
             self._pending = error
@@ -326,6 +369,8 @@ def glob_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -
         for pattern in patterns:
             if pattern.startswith("/") or ".." in pattern.split("/"):
                 raise ValueError(f"glob pattern '{pattern}' must stay inside the package")
+            if pattern == "**" or pattern.endswith("/**"):
+                pattern += "/*"  # Path.glob's trailing '**' matches directories only
             found.update(path for path in root.glob(pattern) if path.is_file())
         return found
 

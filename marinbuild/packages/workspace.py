@@ -102,13 +102,23 @@ def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
             f"{config_file}: unknown settings {sorted(unknown)}", hint=f"known settings: {sorted(_KNOWN_SETTINGS)}"
         )
     jobs = settings.get("jobs")
-    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise WorkspaceError(f"{config_file}: 'jobs' must be a positive integer, got {jobs!r}")
+    store = settings.get("store", "cache")
+    if not isinstance(store, str) or not store:
+        raise WorkspaceError(f"{config_file}: 'store' must be a directory or URL string, got {store!r}")
     return Workspace(
         root=root,
         config_file=config_file,
-        store=str(settings.get("store", "cache")),
+        store=store,
         jobs=jobs,
-        rule_modules=tuple(settings.get("rules", ())),
-        ignore=tuple(settings.get("ignore", ())),
+        rule_modules=_string_list(settings, "rules", config_file),
+        ignore=_string_list(settings, "ignore", config_file),
     )
+
+
+def _string_list(settings: dict, name: str, config_file: Path) -> tuple[str, ...]:
+    value = settings.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise WorkspaceError(f"{config_file}: '{name}' must be a list of strings, got {value!r}")
+    return tuple(value)
