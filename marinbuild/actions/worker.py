@@ -9,32 +9,44 @@ logs goes to its log file.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
+from typing import TextIO
 
 from marinbuild.actions.context import Context, StepFailed
 from marinbuild.actions.logs import step_logger
 from marinbuild.targets.rule import import_impl
 
 
-def _emit(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+def _protocol_channel() -> TextIO:
+    """Keep the real stdout for the protocol, and send everything the step prints (its own
+    print() calls and its child processes' fd 1) to stderr, which the parent logs."""
+    channel = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return channel
 
 
 def main() -> int:
     request = json.loads(sys.stdin.read())
+    channel = _protocol_channel()
+
+    def emit(message: dict) -> None:
+        channel.write(json.dumps(message) + "\n")
+        channel.flush()
+
     context = Context.from_json(request["context"])
     context.log = step_logger(context.label, context.log_path)
-    context.progress_fn = lambda done, total, unit: _emit({"progress": [done, total, unit]})
+    context.progress_fn = lambda done, total, unit: emit({"progress": [done, total, unit]})
     try:
         import_impl(request["impl"])(context)
     except StepFailed as failure:
-        _emit({"error": str(failure)})
+        emit({"error": str(failure)})
         return 1
     except BaseException as error:  # noqa: BLE001 - the step's own failure, reported in full
         context.log.error("%s", traceback.format_exc())
-        _emit({"error": f"{type(error).__name__}: {error}"})
+        emit({"error": f"{type(error).__name__}: {error}"})
         return 1
     return 0
 

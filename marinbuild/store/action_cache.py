@@ -117,6 +117,9 @@ class ActionCache:
             entry = CacheEntry.from_json(json.loads(data))
         except (ValueError, KeyError, TypeError) as error:
             return Lookup(None, f"action-cache entry {layout.entry(key)} is unreadable ({error})")
+        if entry.tree_digest != entry.manifest.tree_digest:
+            # Dependents' keys are made of this digest: it must be the manifest's, not just stored.
+            return Lookup(None, f"action-cache entry {layout.entry(key)} has a tree digest that does not match its manifest (corrupt)")
         output = self.output_dir(key)
         problem = self.verify(entry, output)
         return Lookup(None, problem) if problem else Lookup(entry, output=output)

@@ -1,0 +1,159 @@
+"""Shared helpers: build a workspace from a dict of files, run the CLI, read the store.
+
+Kept small on purpose; every test drives marinbuild the way a user would (the CLI in a
+subprocess) unless it needs something only the Python API offers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import blake3
+import pytest
+
+# A generous per-command limit: a hung build must fail the test, not the whole run.
+CLI_TIMEOUT_S = 60
+
+
+def write_files(root: Path, files: Mapping[str, str | bytes]) -> None:
+    """Write `files` ({relative path: text}) under `root`; text is dedented."""
+    for relative, content in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(textwrap.dedent(content))
+
+
+@pytest.fixture
+def make_workspace(tmp_path: Path):
+    """`make_workspace({"pkg/BUILD.marin": "...", ...}, config="")` -> the workspace root.
+
+    The root holds a `marinbuild.toml` (with `config` as its text) and the given files;
+    the store is the default `<ws>/cache`.
+    """
+    counter = iter(range(1_000_000))
+
+    def make(files: Mapping[str, str | bytes], config: str = "", name: str | None = None) -> Path:
+        root = tmp_path / (name or f"ws{next(counter)}")
+        root.mkdir(parents=True)
+        (root / "marinbuild.toml").write_text(textwrap.dedent(config))
+        write_files(root, files)
+        return root
+
+    return make
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["NO_COLOR"] = "1"
+    env["COLUMNS"] = "400"  # no wrapping of reporter lines
+    return env
+
+
+def run_cli(ws: Path, *args: str, store: str | None = None, timeout: float = CLI_TIMEOUT_S) -> tuple[int, str, str]:
+    """Run `python -m marinbuild --workspace ws [--store S] ARGS`; return (rc, stdout, stderr)."""
+    command = [sys.executable, "-m", "marinbuild", "--workspace", str(ws)]
+    if store is not None:
+        command += ["--store", store]
+    command += list(args)
+    done = subprocess.run(command, cwd=ws, capture_output=True, text=True, timeout=timeout, env=cli_env())
+    return done.returncode, done.stdout, done.stderr
+
+
+def parse_json_output(stdout: str) -> dict[str, Any]:
+    """The object printed by `build --json`, with a `by_label` index added."""
+    data = json.loads(stdout)
+    assert set(data) >= {"targets", "counts"}, data
+    data["by_label"] = {item["label"]: item for item in data["targets"]}
+    return data
+
+
+def build_json(ws: Path, *args: str, store: str | None = None, expect_rc: int | None = 0) -> dict[str, Any]:
+    """`build --json ARGS`; checks the exit status (unless expect_rc is None) and parses stdout."""
+    rc, out, err = run_cli(ws, "build", "--json", *args, store=store)
+    if expect_rc is not None:
+        assert rc == expect_rc, f"exit {rc}, expected {expect_rc}\nstdout:\n{out}\nstderr:\n{err}"
+    data = parse_json_output(out)
+    data["rc"] = rc
+    data["stderr"] = err
+    return data
+
+
+def statuses(data: Mapping[str, Any]) -> dict[str, str]:
+    """{label: status} from parsed `--json` output."""
+    return {item["label"]: item["status"] for item in data["targets"]}
+
+
+def keys(data: Mapping[str, Any]) -> dict[str, str]:
+    return {item["label"]: item["key"] for item in data["targets"]}
+
+
+def output_text(data: Mapping[str, Any], label: str, name: str) -> str:
+    return (Path(data["by_label"][label]["output"]) / name).read_text()
+
+
+# -- the store ------------------------------------------------------------------------------
+
+
+def store_files(store: Path) -> dict[str, bytes]:
+    """Every regular file under the store (relative path -> bytes)."""
+    if not store.exists():
+        return {}
+    return {p.relative_to(store).as_posix(): p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()}
+
+
+def entry_path(store: Path, key: str) -> Path:
+    return store / "ac" / key[:2] / f"{key}.json"
+
+
+def ac_entries(store: Path) -> list[Path]:
+    return sorted(p for p in (store / "ac").glob("*/*.json")) if (store / "ac").exists() else []
+
+
+def attempt_records(store: Path, key: str) -> list[dict[str, Any]]:
+    directory = store / "attempts" / key[:2] / key
+    if not directory.exists():
+        return []
+    return [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
+
+
+def attempt_logs(store: Path, key: str) -> list[Path]:
+    directory = store / "attempts" / key[:2] / key
+    return sorted(directory.glob("*.log")) if directory.exists() else []
+
+
+def invocations(store: Path) -> list[Path]:
+    directory = store / "invocations"
+    return sorted(directory.glob("*.json")) if directory.exists() else []
+
+
+def entry_problems(store: Path, entry_file: Path) -> list[str]:
+    """Check one published entry against its manifest by re-hashing every file with blake3."""
+    entry = json.loads(entry_file.read_text())
+    key = entry["key"]
+    problems = []
+    if entry_file.name != f"{key}.json":
+        problems.append(f"{entry_file}: entry names key {key}")
+    root = store / "out" / key[:2] / key
+    listed = set()
+    for item in entry["files"]:
+        listed.add(item["path"])
+        path = root / item["path"]
+        if not path.is_file():
+            problems.append(f"{key}: {item['path']} is missing")
+            continue
+        data = path.read_bytes()
+        if len(data) != item["size"]:
+            problems.append(f"{key}: {item['path']} has {len(data)} bytes, manifest says {item['size']}")
+        if blake3.blake3(data).hexdigest() != item["blake3"]:
+            problems.append(f"{key}: {item['path']} does not match its blake3 digest")
+    return problems

@@ -1,0 +1,281 @@
+"""The command line: output formats, exit statuses, --dry-run, where, --jobs, invocations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import marinbuild
+from conftest import (
+    ac_entries,
+    attempt_records,
+    build_json,
+    invocations,
+    output_text,
+    run_cli,
+    statuses,
+    store_files,
+)
+from marinbuild.actions.results import NullReporter
+from marinbuild.actions.scheduler import BuildOptions
+from marinbuild.session import Session
+from marinbuild.targets.rule import Resources
+
+CHAIN = """\
+    genrule(name = "first", srcs = ["in.txt"], outs = ["first.txt"], cmd = "cat $< > $@")
+    genrule(name = "second", srcs = [":first"], outs = ["second.txt"], cmd = {second_cmd!r})
+    genrule(name = "third", srcs = [":second"], outs = ["third.txt"], cmd = "cat $< > $@; echo 3 >> $@")
+    genrule(name = "alone", outs = ["alone.txt"], cmd = "echo alone > $@")
+    """
+FIRST, SECOND, THIRD, ALONE = "//pkg:first", "//pkg:second", "//pkg:third", "//pkg:alone"
+
+
+def chain_files(second_cmd: str = "cat $< > $@; echo 2 >> $@") -> dict[str, str]:
+    return {"pkg/BUILD.marin": CHAIN.format(second_cmd=second_cmd), "pkg/in.txt": "in\n"}
+
+
+def set_second_cmd(ws: Path, cmd: str) -> None:
+    (ws / "pkg/BUILD.marin").write_text(textwrap.dedent(CHAIN.format(second_cmd=cmd)))
+
+
+# -- output formats -----------------------------------------------------------------------------
+
+
+def test_json_output_shape(make_workspace):
+    ws = make_workspace(chain_files())
+    rc, out, err = run_cli(ws, "build", "--json", "//pkg:all")
+    assert rc == 0, err
+    data = json.loads(out)  # stdout is exactly one JSON object; progress goes to stderr
+    assert set(data) == {"targets", "counts"}
+    assert [item["label"] for item in data["targets"]] == [FIRST, SECOND, THIRD, ALONE]
+    for item in data["targets"]:
+        assert {"label", "key", "status", "output", "duration_s"} <= set(item)
+        assert item["status"] == "built"
+        assert len(item["key"]) == 64 and int(item["key"], 16) >= 0
+        assert Path(item["output"]).is_dir()
+        assert Path(item["output"]).is_relative_to(ws / "cache" / "out")
+        assert isinstance(item["duration_s"], (int, float)) and item["duration_s"] >= 0
+    assert data["counts"] == {"built": 4, "cached": 0, "failed": 0, "skipped": 0}
+    assert "4 built" in err
+
+
+def test_plain_build_prints_outputs_and_default_command_is_build(make_workspace):
+    ws = make_workspace(chain_files())
+    rc, out, err = run_cli(ws, "//pkg:third")  # no `build`: it is the default command
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{THIRD}: ")
+    output = Path(lines[0].split(": ", 1)[1])
+    assert (output / "third.txt").read_text() == "in\n2\n3\n"
+
+
+def test_version():
+    done = subprocess.run([sys.executable, "-m", "marinbuild", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and marinbuild.__version__ in done.stdout
+
+
+def test_labels_are_printed_verbatim_on_stderr(make_workspace):
+    """Labels such as //pkg:b or //pkg:x must not be rendered as emoji (rich's :b: / :x: codes)."""
+    ws = make_workspace(
+        {
+            "pkg/BUILD.marin": """\
+                genrule(name = "x", outs = ["x.txt"], cmd = "echo x > $@")
+                genrule(name = "b", outs = ["b.txt"], cmd = "exit 1")
+                """
+        }
+    )
+    first = build_json(ws, "-k", "//pkg:all", expect_rc=1)
+    assert "failed //pkg:b: " in first["stderr"], first["stderr"]
+    (Path(first["by_label"]["//pkg:x"]["output"]) / "x.txt").write_text("damaged\n")
+    second = build_json(ws, "-k", "//pkg:all", expect_rc=1)
+    assert "WARNING: //pkg:x: output file x.txt" in second["stderr"], second["stderr"]
+
+
+# -- 8. --dry-run -------------------------------------------------------------------------------
+
+
+def _dry_lines(out: str) -> dict[str, tuple[str, str]]:
+    """{label: (status, rest of the line)} from plain --dry-run output."""
+    found = {}
+    for line in out.splitlines():
+        status, label, *rest = line.split(None, 2)
+        found[label] = (status, rest[0] if rest else "")
+    return found
+
+
+def test_dry_run_on_a_fresh_workspace_writes_nothing(make_workspace):
+    ws = make_workspace(chain_files())
+    rc, out, err = run_cli(ws, "build", "--dry-run", "//pkg:all")
+    assert rc == 0, err
+    lines = _dry_lines(out)
+    assert lines[FIRST][0] == "would-run" and lines[ALONE][0] == "would-run"
+    assert lines[SECOND][0] == "pending" and FIRST in lines[SECOND][1]
+    assert lines[THIRD][0] == "pending"
+    assert store_files(ws / "cache") == {}, "a dry run must not write to the store"
+
+
+def test_dry_run_says_what_would_run_and_why_and_writes_nothing(make_workspace):
+    ws = make_workspace(chain_files())
+    build_json(ws, "//pkg:all")
+    set_second_cmd(ws, "cat $< > $@; echo two >> $@")
+    store = ws / "cache"
+    before = store_files(store)
+
+    rc, out, err = run_cli(ws, "build", "--dry-run", "//pkg:all")
+    assert rc == 0, err
+    lines = _dry_lines(out)
+    assert {label: status for label, (status, _) in lines.items()} == {
+        FIRST: "cached",
+        SECOND: "would-run",
+        THIRD: "pending",
+        ALONE: "cached",
+    }
+    assert lines[SECOND][1].strip("()"), "a would-run line says why"
+    assert SECOND in lines[THIRD][1], "a pending line names the dependency it waits for"
+
+    dry = build_json(ws, "--dry-run", "//pkg:all")
+    assert statuses(dry) == {FIRST: "cached", SECOND: "would-run", THIRD: "pending", ALONE: "cached"}
+    assert dry["by_label"][SECOND]["reason"] and SECOND in dry["by_label"][THIRD]["reason"]
+
+    assert store_files(store) == before, "a dry run must not write to the store"
+    # ... and it really ran nothing: the real build still has the work to do.
+    real = build_json(ws, "//pkg:all")
+    assert statuses(real) == {FIRST: "cached", SECOND: "built", THIRD: "built", ALONE: "cached"}
+    assert output_text(real, THIRD, "third.txt") == "in\ntwo\n3\n"
+
+
+# -- 12. where ----------------------------------------------------------------------------------
+
+
+def test_where_prints_the_output_dir_of_a_built_target(make_workspace):
+    ws = make_workspace(chain_files())
+    built = build_json(ws, "//pkg:all")
+    before = store_files(ws / "cache")
+    rc, out, err = run_cli(ws, "where", THIRD)
+    assert rc == 0, err
+    assert out.strip() == built["by_label"][THIRD]["output"]
+    assert (Path(out.strip()) / "third.txt").read_text() == "in\n2\n3\n"
+    assert store_files(ws / "cache") == before, "where must not write to the store"
+
+
+def test_where_for_an_unbuilt_or_stale_target_exits_2_with_a_hint(make_workspace):
+    ws = make_workspace(chain_files())
+    rc, out, err = run_cli(ws, "where", THIRD)
+    assert rc == 2 and out == ""
+    assert "not built" in err and "hint:" in err and f"marinbuild build {THIRD}" in err
+
+    build_json(ws, "//pkg:all")
+    set_second_cmd(ws, "cat $< > $@; echo changed >> $@")  # THIRD's key now depends on a new SECOND
+    rc, out, err = run_cli(ws, "where", THIRD)
+    assert rc == 2 and "hint:" in err
+    rc, out, err = run_cli(ws, "where", FIRST)
+    assert rc == 0 and out.strip()
+
+
+def test_where_takes_exactly_one_label(make_workspace):
+    ws = make_workspace(chain_files())
+    build_json(ws, "//pkg:all")
+    rc, out, err = run_cli(ws, "where", "//pkg:all")
+    assert rc == 2 and "marinbuild: error:" in err
+
+
+# -- 13. invocation records ---------------------------------------------------------------------
+
+
+def test_one_invocation_record_per_build(make_workspace):
+    ws = make_workspace(
+        {
+            **chain_files(),
+            "bad/BUILD.marin": 'genrule(name = "fails", outs = ["f.txt"], cmd = "exit 1")\n',
+        }
+    )
+    store = ws / "cache"
+    assert invocations(store) == []
+    runs = [
+        build_json(ws, "//pkg:all"),
+        build_json(ws, "//pkg:all"),  # all cached: still recorded
+        build_json(ws, "//pkg:third", "//bad:fails", "-k", expect_rc=1),
+    ]
+    build_json(ws, "--dry-run", "//pkg:all")  # not a build: no record
+    run_cli(ws, "where", THIRD)
+    records = [json.loads(path.read_text()) for path in invocations(store)]
+    assert len(records) == 3
+    records.sort(key=lambda record: (record["started"], record["id"]))
+    ids = {record["id"] for record in records}
+    assert len(ids) == 3
+    for record, run in zip(records, runs):
+        assert record["counts"] == run["counts"]
+        assert {t["label"]: (t["key"], t["status"]) for t in record["targets"]} == {
+            t["label"]: (t["key"], t["status"]) for t in run["targets"]
+        }
+        for field in ("patterns", "started", "duration_s", "user", "host", "marinbuild"):
+            assert field in record
+    assert records[2]["patterns"] == ["//pkg:third", "//bad:fails"]
+
+
+# -- 9. --jobs and resources ----------------------------------------------------------------------
+
+TIMED = 'genrule(name = "{name}", outs = ["{name}.txt"], cmd = "date +%s.%N > $@; sleep {sleep}; date +%s.%N >> $@"{extra})\n'
+
+
+def _interval(output: str | Path, name: str) -> tuple[float, float]:
+    start, end = (Path(output) / f"{name}.txt").read_text().split()
+    return float(start), float(end)
+
+
+def _overlap(one: tuple[float, float], two: tuple[float, float]) -> bool:
+    return max(one[0], two[0]) < min(one[1], two[1])
+
+
+@pytest.mark.parametrize(("jobs", "parallel"), [(2, True), (1, False)])
+def test_jobs_runs_independent_steps_at_once(make_workspace, jobs, parallel):
+    ws = make_workspace({"pkg/BUILD.marin": TIMED.format(name="s1", sleep=1, extra="") + TIMED.format(name="s2", sleep=1, extra="")})
+    result = build_json(ws, "--jobs", str(jobs), "//pkg:all")
+    one = _interval(result["by_label"]["//pkg:s1"]["output"], "s1")
+    two = _interval(result["by_label"]["//pkg:s2"]["output"], "s2")
+    assert _overlap(one, two) is parallel, (one, two)
+    # The attempt records agree (their times have one-second resolution: compare strictly).
+    records = [attempt_records(ws / "cache", result["by_label"][label]["key"])[0] for label in ("//pkg:s1", "//pkg:s2")]
+    starts = [record["started"] for record in records]
+    finishes = [record["finished"] for record in records]
+    if parallel:
+        assert max(starts) < min(finishes), records
+    else:
+        assert max(starts) >= min(finishes), records
+
+
+@pytest.mark.parametrize(
+    ("resources", "parallel"),
+    [
+        ({"cpu": 2}, False),
+        ({"memory_gb": 60}, False),
+        ({"cpu": 1}, True),
+    ],
+    ids=["cpu-2-of-2", "memory-60-of-100", "cpu-1-of-2"],
+)
+def test_declared_resources_are_never_oversubscribed(make_workspace, resources, parallel):
+    extra = f", resources = {resources!r}"
+    ws = make_workspace(
+        {"pkg/BUILD.marin": TIMED.format(name="h1", sleep=0.8, extra=extra) + TIMED.format(name="h2", sleep=0.8, extra=extra)}
+    )
+    options = BuildOptions(jobs=2, capacity=Resources(cpu=2, memory_gb=100))
+    result = Session.open(ws).build(["//pkg:all"], options, NullReporter())
+    assert result.ok
+    one = _interval(result.results["//pkg:h1"].output, "h1")
+    two = _interval(result.results["//pkg:h2"].output, "h2")
+    assert _overlap(one, two) is parallel, (one, two)
+    assert len(ac_entries(ws / "cache")) == 2
+
+
+def test_a_step_bigger_than_the_machine_still_runs_alone(make_workspace):
+    ws = make_workspace(
+        {"pkg/BUILD.marin": TIMED.format(name="huge", sleep=0.1, extra=', resources = {"cpu": 64}')}
+    )
+    options = BuildOptions(jobs=2, capacity=Resources(cpu=2, memory_gb=100))
+    result = Session.open(ws).build(["//pkg:all"], options, NullReporter())
+    assert result.ok and result.results["//pkg:huge"].status.value == "built"
