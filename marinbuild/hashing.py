@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import blake3
+
+from marinbuild.memo import Memo
 
 # Files larger than this are hashed with all cores (memory-mapped); smaller ones are not
 # worth the thread start-up.
@@ -50,52 +49,23 @@ def digest_file(path: str | Path) -> str:
     return hasher.hexdigest()
 
 
-@dataclass(frozen=True)
-class _Signature:
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-    inode: int
-
-    @classmethod
-    def of(cls, stat: os.stat_result) -> _Signature:
-        return cls(stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+def _signature(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
 
 
 class StatCache:
-    """Path -> digest, trusted while the file's stat signature is unchanged.
+    """Path -> digest, trusted while the file's stat signature (size, mtime, ctime, inode)
+    is unchanged and was not recorded within the filesystem's timestamp granularity."""
 
-    Kept in SQLite in the workspace's machine-local state directory. Rows are read once
-    and written back in one transaction by `save()`; concurrent builds merge safely.
-    """
-
-    def __init__(self, database: Path | None):
-        self._database = database
-        self._lock = threading.Lock()
-        self._rows: dict[str, tuple[_Signature, str, int]] = {}
-        self._dirty: dict[str, tuple[_Signature, str, int]] = {}
-        if database is not None and database.exists():
-            with self._connect() as connection:
-                for path, size, mtime, ctime, inode, digest, recorded in connection.execute("SELECT * FROM files"):
-                    self._rows[path] = (_Signature(size, mtime, ctime, inode), digest, recorded)
-
-    def _connect(self) -> sqlite3.Connection:
-        assert self._database is not None
-        self._database.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self._database, timeout=60)
-        connection.execute(
-            "CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER,"
-            " ctime_ns INTEGER, inode INTEGER, digest TEXT, recorded_ns INTEGER)"
-        )
-        return connection
+    def __init__(self, memo: Memo):
+        self._memo = memo
 
     def digest(self, path: str | Path) -> tuple[str, int]:
         """(digest, size) of a file, from the cache when its stat signature is unchanged."""
         key = str(path)
         stat = os.stat(key)
-        signature = _Signature.of(stat)
-        cached = self._rows.get(key)
-        if cached is not None and cached[0] == signature and stat.st_mtime_ns < cached[2] - _RACY_NS:
+        cached = self._memo.get(key)
+        if cached is not None and cached[0] == _signature(stat) and stat.st_mtime_ns < cached[2] - _RACY_NS:
             return cached[1], stat.st_size
         digest = digest_file(path)
         self.record(path, digest, stat)
@@ -104,21 +74,7 @@ class StatCache:
     def record(self, path: str | Path, digest: str, stat: os.stat_result | None = None) -> None:
         """Remember a digest computed elsewhere (e.g. while publishing outputs)."""
         stat = stat or os.stat(path)
-        row = (_Signature.of(stat), digest, time.time_ns())
-        with self._lock:
-            self._rows[str(path)] = row
-            self._dirty[str(path)] = row
+        self._memo.put(str(path), (_signature(stat), digest, time.time_ns()))
 
     def save(self) -> None:
-        if self._database is None or not self._dirty:
-            return
-        with self._lock:
-            dirty, self._dirty = self._dirty, {}
-        with self._connect() as connection:
-            connection.executemany(
-                "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (path, sig.size, sig.mtime_ns, sig.ctime_ns, sig.inode, digest, recorded)
-                    for path, (sig, digest, recorded) in dirty.items()
-                ],
-            )
+        self._memo.save()

@@ -20,10 +20,11 @@ from marinbuild.actions.scheduler import BuildOptions, Provenance, Scheduler
 from marinbuild.errors import GraphError
 from marinbuild.labels import parse_pattern
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
+from marinbuild.memo import Memo
 from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
 from marinbuild.hashing import StatCache, canonical_json
 from marinbuild.store import ActionCache, layout
-from marinbuild.store.action_cache import new_attempt_id
+from marinbuild.store.action_cache import ENTRY_FORMAT, new_attempt_id
 from marinbuild.targets.registry import workspace_rules
 
 
@@ -39,17 +40,18 @@ class Session:
         workspace = open_workspace(workspace_dir or cwd)
         return cls(workspace, workspace.store_url(store), cwd)
 
+    def _memo(self, name: str, version: str) -> Memo:
+        return Memo(self.workspace.state_dir / name, version)
+
     @cached_property
     def stat_cache(self) -> StatCache:
-        return StatCache(self.workspace.state_dir / "stat-cache.sqlite")
+        return StatCache(self._memo("stat-cache.pickle", "stat-cache-1"))
 
     @cached_property
     def loader(self) -> PackageLoader:
         rules = workspace_rules(self.workspace)
-        cache = PackageCache(
-            self.workspace.state_dir / "packages.pickle", self.workspace.root, rules_fingerprint(rules), self.stat_cache
-        )
-        return PackageLoader(self.workspace, rules, cache)
+        memo = self._memo("packages.pickle", rules_fingerprint(rules))
+        return PackageLoader(self.workspace, rules, PackageCache(memo, self.workspace.root, self.stat_cache))
 
     @cached_property
     def store(self) -> stores.Store:
@@ -57,7 +59,7 @@ class Session:
 
     @cached_property
     def cache(self) -> ActionCache:
-        return ActionCache(self.store, self.stat_cache)
+        return ActionCache(self.store, self.stat_cache, self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}"))
 
     def _skip_dirs(self) -> tuple[Path, ...]:
         """Directories never scanned for packages: a store inside the workspace, for one."""
@@ -116,4 +118,4 @@ class Session:
         target = result.results[label]
         if target.status is not Status.CACHED:
             raise GraphError(f"{label} is not built ({target.reason})", hint=f"run 'marinbuild build {label}'")
-        return self.cache.output_dir(target.key)
+        return Path(self.cache.output_dir(target.key))

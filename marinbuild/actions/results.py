@@ -24,7 +24,7 @@ class TargetResult:
     label: str
     status: Status
     key: str | None = None
-    output: Path | None = None
+    output: str | None = None
     duration_s: float = 0.0
     reason: str | None = None  # why it ran, was skipped, or failed
     log: Path | None = None  # the attempt's log in the store, for failures
@@ -34,7 +34,7 @@ class TargetResult:
             "label": self.label,
             "key": self.key,
             "status": self.status.value,
-            "output": None if self.output is None else str(self.output),
+            "output": self.output,
             "duration_s": round(self.duration_s, 3),
             **({"reason": self.reason} if self.reason else {}),
             **({"log": str(self.log)} if self.log else {}),

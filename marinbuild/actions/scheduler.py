@@ -12,7 +12,6 @@ rule, and publishes. A failure skips everything downstream of it; without
 from __future__ import annotations
 
 import getpass
-import importlib.metadata
 import json
 import os
 import platform
@@ -35,7 +34,7 @@ from marinbuild.actions.graph import Graph
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
 from marinbuild.labels import parse_label
-from marinbuild.store import ActionCache, Attempt, CacheEntry, layout
+from marinbuild.store import ActionCache, Attempt, Outputs, layout
 from marinbuild.targets.rule import Execution, Resources, Target
 
 
@@ -63,7 +62,7 @@ class _Planned:
 
 @dataclass(frozen=True)
 class _Outcome:
-    entry: CacheEntry | None
+    outputs: Outputs | None
     duration_s: float
     error: str | None = None
     log: Path | None = None
@@ -91,6 +90,8 @@ class Provenance:
 
     def packages(self, names: tuple[str, ...]) -> dict[str, str | None]:
         """Installed versions of the distributions a rule declares (None if absent)."""
+        import importlib.metadata  # 30 ms to import, and only needed when a step runs
+
         versions: dict[str, str | None] = {}
         for name in names:
             if name not in self._versions:
@@ -135,7 +136,7 @@ class Scheduler:
         self.workspace = workspace
         self.provenance = Provenance(workspace)
         self.result = BuildResult(requested=graph.requested)
-        self._entries: dict[str, CacheEntry] = {}
+        self._outputs: dict[str, Outputs] = {}
         self._tokens: dict[str, str] = {}
         self._dependents = graph.dependents()
         self._waiting = {label: len(set(graph.rule_deps(label))) for label in graph.targets}
@@ -178,6 +179,7 @@ class Scheduler:
             if label not in self.result.results:
                 self._record(TargetResult(label, Status.SKIPPED, reason="not started: the build stopped after a failure"))
         self.cache.stat_cache.save()
+        self.cache.memo.save()
         self.result.results = {label: self.result.results[label] for label in self.graph.order}
         self.result.elapsed_s = time.monotonic() - started
         self.reporter.build_finished(self.result)
@@ -194,9 +196,9 @@ class Scheduler:
         recipe = keys.recipe(target, self._tokens.__getitem__, self.salt)
         key = keys.action_key(recipe)
         lookup = self.cache.lookup(key)
-        if lookup.entry is not None:
-            self._record(TargetResult(label, Status.CACHED, key, lookup.output))
-            self._resolve(label, lookup.entry)
+        if lookup.outputs is not None:
+            self._record(TargetResult(label, Status.CACHED, key, lookup.outputs.directory))
+            self._resolve(label, lookup.outputs)
             return None
         if lookup.problem is not None:
             self.reporter.warning(f"{label}: {lookup.problem}; rebuilding it")
@@ -220,7 +222,7 @@ class Scheduler:
 
     def _finish(self, planned: _Planned, outcome: _Outcome) -> bool:
         label = str(planned.target.label)
-        if outcome.entry is None:
+        if outcome.outputs is None:
             self._record(
                 TargetResult(label, Status.FAILED, planned.key, None, outcome.duration_s, outcome.error, outcome.log)
             )
@@ -228,14 +230,14 @@ class Scheduler:
                 self._record(TargetResult(dependent, Status.SKIPPED, reason=f"dependency {label} failed"))
             return False
         status = Status.BUILT if outcome.ran else Status.CACHED
-        self._record(TargetResult(label, status, planned.key, self.cache.output_dir(planned.key), outcome.duration_s))
-        self._resolve(label, outcome.entry)
+        self._record(TargetResult(label, status, planned.key, outcome.outputs.directory, outcome.duration_s))
+        self._resolve(label, outcome.outputs)
         return True
 
-    def _resolve(self, label: str, entry: CacheEntry) -> None:
+    def _resolve(self, label: str, outputs: Outputs) -> None:
         """A target's outputs are known: dependents whose inputs are now all known become ready."""
-        self._entries[label] = entry
-        self._tokens[label] = keys.output_token(entry.tree_digest)
+        self._outputs[label] = outputs
+        self._tokens[label] = keys.output_token(outputs.tree_digest)
         for dependent in self._dependents[label]:
             self._waiting[dependent] -= 1
             if self._waiting[dependent] == 0:
@@ -263,8 +265,8 @@ class Scheduler:
         try:
             with self.cache.store.lease(layout.lock(planned.key)):
                 again = self.cache.lookup(planned.key)
-                if again.entry is not None:
-                    return _Outcome(again.entry, time.monotonic() - started, ran=False)
+                if again.outputs is not None:
+                    return _Outcome(again.outputs, time.monotonic() - started, ran=False)
                 attempt = self.cache.start_attempt(planned.key, label, self._attempt_info(planned))
                 return self._attempt(planned, attempt, started)
         except Exception:  # noqa: BLE001 - a bug or an I/O error must fail one step, not hang the build
@@ -319,9 +321,9 @@ class Scheduler:
             "duration_s": round(duration, 3),
         }
         provenance.pop("status", None)
-        entry = self.cache.publish(attempt, planned.recipe, provenance)
+        outputs = self.cache.publish(attempt, planned.recipe, provenance)
         self.cache.finish_attempt(attempt, "succeeded", finished=_now(), duration_s=duration)
-        return _Outcome(entry, duration, log=log)
+        return _Outcome(outputs, duration, log=log)
 
     def _inputs(self, target: Target) -> dict[str, InputFiles]:
         inputs: dict[str, InputFiles] = {}
@@ -330,9 +332,9 @@ class Scheduler:
                 path = self.graph.sources[label].path
                 inputs[label] = InputFiles(path, (path,))
             else:
-                entry = self._entries[label]
-                root = self.cache.output_dir(entry.key)
-                inputs[label] = InputFiles(root, tuple(root / item.path for item in entry.manifest.files))
+                outputs = self._outputs[label]
+                root = Path(outputs.directory)
+                inputs[label] = InputFiles(root, tuple(root / item.path for item in outputs.manifest.files))
         return inputs
 
     def _scratch(self, planned: _Planned) -> Path | None:

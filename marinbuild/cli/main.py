@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 import marinbuild
 from marinbuild.actions.scheduler import BuildOptions
-from marinbuild.cli.progress import LiveReporter, PlainReporter
+from marinbuild.actions.results import Reporter
+from marinbuild.cli.progress import PlainReporter
 from marinbuild.errors import MarinbuildError
 from marinbuild.session import Session
 
@@ -111,8 +111,7 @@ def build(ctx: click.Context, patterns: tuple[str, ...], jobs: int | None, keep_
     """Build the targets matched by PATTERNS (`//pkg:name`, `//pkg:all`, `//pkg/...`, `-PATTERN`)."""
     session = _session(ctx)
     options = BuildOptions(jobs=jobs or session.workspace.jobs or os.cpu_count() or 1, keep_going=keep_going, dry_run=dry_run)
-    console = Console(stderr=True, emoji=False, highlight=False)
-    reporter = LiveReporter(console) if console.is_terminal and not dry_run else PlainReporter(console)
+    reporter = _reporter(live=sys.stderr.isatty() and not dry_run)
     result = session.build(patterns, options, reporter)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
@@ -134,6 +133,14 @@ def build(ctx: click.Context, patterns: tuple[str, ...], jobs: int | None, keep_
 def where(ctx: click.Context, label: str) -> None:
     """Print the output directory of a built target."""
     click.echo(_session(ctx).where(label))
+
+
+def _reporter(live: bool) -> Reporter:
+    if not live:
+        return PlainReporter()
+    from marinbuild.cli.live import LiveReporter  # rich costs 50 ms to import: only when shown
+
+    return LiveReporter()
 
 
 def main() -> None:

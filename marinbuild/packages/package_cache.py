@@ -9,17 +9,14 @@ digest, every glob() it called returns the same files, and the rules are the sam
 
 from __future__ import annotations
 
-import os
-import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import marinbuild
 from marinbuild.hashing import StatCache, canonical_json, digest_bytes
+from marinbuild.memo import Memo
 from marinbuild.targets.rule import Rule
-
-_FORMAT = 1
-
 
 @dataclass(frozen=True)
 class GlobCall:
@@ -52,23 +49,14 @@ def rules_fingerprint(rules: dict[str, Rule]) -> str:
 
 
 class PackageCache:
-    def __init__(self, path: Path, root: Path, fingerprint: str, stat_cache: StatCache):
-        self.path = path
+    def __init__(self, memo: Memo, root: Path, stat_cache: StatCache):
+        self.memo = memo
         self.root = root
-        self.fingerprint = fingerprint
         self.stat_cache = stat_cache
-        self._records: dict[str, PackageRecord] = {}
-        self._dirty = False
-        try:
-            data = pickle.loads(path.read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-            return
-        if isinstance(data, dict) and data.get("format") == _FORMAT and data.get("fingerprint") == fingerprint:
-            self._records = data["packages"]
 
-    def get(self, package: str, glob: callable) -> PackageRecord | None:
+    def get(self, package: str, glob: Callable[[tuple[str, ...], tuple[str, ...]], list[str]]) -> PackageRecord | None:
         """The record of `package` if nothing it read has changed. `glob(include, exclude)` re-lists files."""
-        record = self._records.get(package)
+        record = self.memo.get(package)
         if record is None:
             return None
         for relative, digest in record.files.items():
@@ -83,18 +71,10 @@ class PackageCache:
         return record
 
     def put(self, package: str, record: PackageRecord) -> None:
-        self._records[package] = record
-        self._dirty = True
+        self.memo.put(package, record)
 
     def file_digest(self, relative: str) -> str:
         return self.stat_cache.digest(self.root / relative)[0]
 
     def save(self) -> None:
-        if not self._dirty:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        data = {"format": _FORMAT, "fingerprint": self.fingerprint, "packages": self._records}
-        temporary.write_bytes(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
-        os.replace(temporary, self.path)
-        self._dirty = False
+        self.memo.save()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from marinbuild.errors import StoreError
 from marinbuild.store import layout
-from marinbuild.store.action_cache import ActionCache, Attempt, CacheEntry, Lookup
+from marinbuild.store.action_cache import ActionCache, Attempt, CacheEntry, Lookup, Outputs
 from marinbuild.store.base import Lease, Store
 from marinbuild.store.local import LocalStore
 
@@ -17,6 +17,7 @@ __all__ = [
     "CacheEntry",
     "Lease",
     "Lookup",
+    "Outputs",
     "Store",
     "initialize",
     "open_store",

@@ -20,7 +20,8 @@ from typing import Any
 from marinbuild.store import layout
 from marinbuild.store.base import Store
 from marinbuild.hashing import StatCache, canonical_json
-from marinbuild.store.manifest import Manifest, hash_tree
+from marinbuild.memo import Memo
+from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
 
 ENTRY_FORMAT = 1
 
@@ -67,15 +68,24 @@ class CacheEntry:
 
 
 @dataclass(frozen=True)
+class Outputs:
+    """A published entry as its dependents see it: where its files are, and their digests."""
+
+    key: str
+    tree_digest: str
+    manifest: Manifest
+    directory: str  # a string, not a Path: a no-op build makes 10,000 of these
+
+
+@dataclass(frozen=True)
 class Lookup:
-    """A verified entry and where its outputs are, or why there is none.
+    """The verified outputs of a key, or why there are none.
 
     `problem` is set when an entry exists but cannot be used (missing or corrupt files).
     """
 
-    entry: CacheEntry | None
+    outputs: Outputs | None
     problem: str | None = None
-    output: Path | None = None
 
 
 @dataclass
@@ -102,32 +112,55 @@ class Attempt:
 
 
 class ActionCache:
-    def __init__(self, store: Store, stat_cache: StatCache):
+    """Lookups verify every file of an entry; `memo` remembers entries already parsed and
+    checked, trusted while the entry object's signature is unchanged (entries are never
+    rewritten in place, so a replaced entry has a new signature)."""
+
+    def __init__(self, store: Store, stat_cache: StatCache, memo: Memo):
         self.store = store
         self.stat_cache = stat_cache
+        self.memo = memo
 
-    def output_dir(self, key: str) -> Path:
-        return self.store.local_path(layout.output(key))
+    def output_dir(self, key: str) -> str:
+        return os.fspath(self.store.local_path(layout.output(key)))
 
     def lookup(self, key: str) -> Lookup:
-        data = self.store.read_bytes(layout.entry(key))
-        if data is None:
+        path = layout.entry(key)
+        signature = self.store.signature(path)
+        if signature is None:
             return Lookup(None)
+        remembered = self.memo.get(path)
+        if remembered is not None and remembered[0] == signature:
+            tree_digest, files = remembered[1], remembered[2]
+            manifest = Manifest(tuple(FileEntry(*item) for item in files))
+        else:
+            parsed = self._read_entry(path)
+            if isinstance(parsed, str):
+                return Lookup(None, parsed)
+            tree_digest, manifest = parsed.tree_digest, parsed.manifest
+            self.memo.put(path, (signature, tree_digest, [(f.path, f.digest, f.size) for f in manifest.files]))
+        directory = self.output_dir(key)
+        problem = self.verify(manifest, directory)
+        return Lookup(None, problem) if problem else Lookup(Outputs(key, tree_digest, manifest, directory))
+
+    def _read_entry(self, path: str) -> CacheEntry | str:
+        """The entry at `path`, or what is wrong with it."""
+        data = self.store.read_bytes(path)
+        if data is None:
+            return f"action-cache entry {path} vanished while being read"
         try:
             entry = CacheEntry.from_json(json.loads(data))
         except (ValueError, KeyError, TypeError) as error:
-            return Lookup(None, f"action-cache entry {layout.entry(key)} is unreadable ({error})")
+            return f"action-cache entry {path} is unreadable ({error})"
         if entry.tree_digest != entry.manifest.tree_digest:
             # Dependents' keys are made of this digest: it must be the manifest's, not just stored.
-            return Lookup(None, f"action-cache entry {layout.entry(key)} has a tree digest that does not match its manifest (corrupt)")
-        output = self.output_dir(key)
-        problem = self.verify(entry, output)
-        return Lookup(None, problem) if problem else Lookup(entry, output=output)
+            return f"action-cache entry {path} has a tree digest that does not match its manifest (corrupt)"
+        return entry
 
-    def verify(self, entry: CacheEntry, output: Path) -> str | None:
+    def verify(self, manifest: Manifest, directory: str) -> str | None:
         """Check every output file against the manifest; the first problem found, or None."""
-        root = f"{output}/"
-        for item in entry.manifest.files:
+        root = f"{directory}/"
+        for item in manifest.files:
             try:
                 digest, size = self.stat_cache.digest(root + item.path)
             except FileNotFoundError:
@@ -158,26 +191,26 @@ class ActionCache:
         )
         self.store.delete(layout.staging(attempt.attempt_id))
 
-    def publish(self, attempt: Attempt, recipe: dict[str, Any], provenance: dict[str, Any]) -> CacheEntry:
+    def publish(self, attempt: Attempt, recipe: dict[str, Any], provenance: dict[str, Any]) -> Outputs:
         """Publish an attempt's outputs under its key; the first entry of a key wins."""
         manifest = hash_tree(attempt.out)
         existing = self.lookup(attempt.key)
-        if existing.entry is not None:
-            return existing.entry
+        if existing.outputs is not None:
+            return existing.outputs
         if existing.problem is not None:
             self._quarantine(attempt.key, attempt.attempt_id)
         self.store.put_dir(attempt.out, layout.output(attempt.key))
         root = self.output_dir(attempt.key)
         for item in manifest.files:
-            self.stat_cache.record(root / item.path, item.digest)
+            self.stat_cache.record(f"{root}/{item.path}", item.digest)
         entry = CacheEntry(
             attempt.key, attempt.label, manifest, recipe, provenance, attempt.attempt_id, manifest.tree_digest
         )
         if not self.store.create_only(layout.entry(attempt.key), canonical_json(entry.to_json()).encode()):
-            winner = self.lookup(attempt.key).entry
+            winner = self.lookup(attempt.key).outputs
             if winner is not None:
                 return winner
-        return entry
+        return Outputs(attempt.key, manifest.tree_digest, manifest, root)
 
     def _quarantine(self, key: str, attempt_id: str) -> None:
         """Move an unusable entry aside (kept for inspection) so the key can be published again."""

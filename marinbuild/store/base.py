@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,12 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def exists(self, path: str) -> bool: ...
+
+    @abc.abstractmethod
+    def signature(self, path: str) -> Hashable | None:
+        """A value that changes whenever the object at `path` is replaced; None if absent.
+
+        Lets a reader trust what it already verified without reading it again."""
 
     @abc.abstractmethod
     def list(self, prefix: str) -> list[str]:

@@ -13,7 +13,7 @@ import fcntl
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 
 from marinbuild.store.base import Lease, Store
@@ -63,6 +63,13 @@ class LocalStore(Store):
     def exists(self, path: str) -> bool:
         return self._path(path).exists()
 
+    def signature(self, path: str) -> Hashable | None:
+        try:
+            stat = os.stat(self._prefix + path)
+        except FileNotFoundError:
+            return None
+        return (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix)
         if base.is_file():
@@ -103,7 +110,7 @@ class LocalStore(Store):
         os.replace(local, target)
 
     def local_path(self, path: str) -> Path:
-        return self._path(path)
+        return Path(self._prefix + path)
 
     @contextlib.contextmanager
     def lease(self, name: str) -> Iterator[Lease]:
