@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import benchlib
 import gen_workspace as gen
@@ -42,24 +42,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def cold_marinbuild(root: Path, dag: Sequence[gen.Target], jobs: int) -> dict:
-    marinbuild = benchlib.find_marinbuild()
+def cold_marinbuild(marinbuild: str, root: Path, dag: Sequence[gen.Target], jobs: int) -> dict:
     workspace = root / "marinbuild"
     gen.write_marinbuild(dag, workspace)
     run, report = benchlib.marinbuild_build(marinbuild, workspace, jobs)
     benchlib.check_counts(report, len(dag), built=len(dag))
+    labels = {f"//{t.package_dir}:{t.name}": t.out_path for t in dag}
     return {"version": benchlib.tool_version([marinbuild, "--version"]),
-            "command": f"marinbuild build //... --jobs {jobs}", "cold_s": run.seconds}
+            "command": f"marinbuild build //... --jobs {jobs}", "cold_s": run.seconds,
+            "outputs_sha256": benchlib.outputs_digest(benchlib.marinbuild_output_files(report, labels))}
 
 
 def cold_snakemake(snakemake: Path, root: Path, dag: Sequence[gen.Target], jobs: int) -> dict:
     workdir = root / "snakemake"
     gen.write_snakemake(dag, workdir)
     run = benchlib.snakemake_build(snakemake, workdir, jobs)
-    benchlib.check_outputs(workdir, [t.out_path for t in dag])
+    outputs = benchlib.existing_outputs(workdir, [t.out_path for t in dag])
     return {"version": benchlib.tool_version([snakemake, "--version"]),
             "command": f"snakemake --cores {jobs} --quiet {' '.join(benchlib.SNAKEMAKE_FAST)}",
-            "cold_s": run.seconds}
+            "cold_s": run.seconds, "outputs_sha256": benchlib.outputs_digest(outputs)}
 
 
 def cold_dvc(dvc: Path, root: Path, dag: Sequence[gen.Target]) -> dict:
@@ -67,21 +68,30 @@ def cold_dvc(dvc: Path, root: Path, dag: Sequence[gen.Target]) -> dict:
     gen.write_dvc(dag, repo)
     benchlib.dvc_init(dvc, repo)
     run = benchlib.dvc_repro(dvc, repo)
-    benchlib.check_outputs(repo, [t.out_path for t in dag])
+    outputs = benchlib.existing_outputs(repo, [t.out_path for t in dag])
     return {"version": benchlib.tool_version([dvc, "--version"]),
-            "command": " ".join(("dvc", *benchlib.DVC_REPRO)) + " (serial)", "cold_s": run.seconds}
+            "command": " ".join(("dvc", *benchlib.DVC_REPRO)) + " (serial)",
+            "cold_s": run.seconds, "outputs_sha256": benchlib.outputs_digest(outputs)}
 
 
 def planned_tools(args: argparse.Namespace) -> dict[str, Callable[[Path, Sequence[gen.Target]], dict]]:
     """Tools to run, in order; peers missing from the peers venv are skipped."""
     tools: dict[str, Callable[[Path, Sequence[gen.Target]], dict]] = {}
     if not args.skip_marinbuild:
-        tools["marinbuild"] = lambda root, dag: cold_marinbuild(root, dag, args.jobs)
+        marinbuild = benchlib.find_marinbuild()
+        tools["marinbuild"] = lambda root, dag: cold_marinbuild(marinbuild, root, dag, args.jobs)
     if not args.skip_snakemake and (snakemake := benchlib.find_peer("snakemake")):
         tools["snakemake"] = lambda root, dag: cold_snakemake(snakemake, root, dag, args.jobs)
     if not args.skip_dvc and (dvc := benchlib.find_peer("dvc")):
         tools["dvc"] = lambda root, dag: cold_dvc(dvc, root, dag)
     return tools
+
+
+def check_same_outputs(tools: dict[str, dict]) -> None:
+    """Refuse to compare tools that did not compute byte-identical outputs."""
+    digests = {name: result["outputs_sha256"] for name, result in tools.items()}
+    if len(set(digests.values())) > 1:
+        raise benchlib.BenchError(f"tools produced different outputs: {digests}")
 
 
 def print_report(results: dict) -> None:
@@ -103,13 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "host": benchlib.host_info(), "targets": len(dag),
                      "edges": sum(len(t.deps) for t in dag), "tools": {}}
     try:
+        tools = planned_tools(args)
         with benchlib.work_dir(args.workdir) as root:
-            for name, measure in planned_tools(args).items():
+            for name, measure in tools.items():
                 benchlib.log(f"{name}: cold build of {len(dag)} actions")
                 result = measure(root, dag)
                 result["s_per_action"] = result["cold_s"] / len(dag)
                 benchlib.log(f"{name}: {result['cold_s']:.2f} s")
                 results["tools"][name] = result
+        check_same_outputs(results["tools"])
     except benchlib.BenchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@ $MARINBUILD_BIN (default: ``marinbuild`` on PATH).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -17,10 +18,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 PEERS_VENV_VAR = "MARINBUILD_BENCH_PEERS_VENV"
 DEFAULT_PEERS_VENV = "/work/bench-venv"
@@ -37,8 +38,8 @@ DVC_UP_TO_DATE = "Data and pipelines are up to date."
 # Measured on the 2-core dev machine (DVC 3.67); only used for progress hints.
 DVC_COLD_S_PER_STAGE = 0.05
 # Snakemake 9 defaults cap local job starts at 100/s and use the ILP
-# scheduler; both roughly double the run time of 1k trivial jobs, and neither
-# is about correctness, so the peer gets its fast settings.
+# scheduler; together they make 1k trivial jobs take about twice as long, and
+# neither is about correctness, so the peer gets its fast settings.
 SNAKEMAKE_FAST = ("--scheduler", "greedy", "--max-jobs-per-timespan", "100000/1s")
 
 
@@ -107,8 +108,14 @@ def summarize(samples: Sequence[float]) -> dict[str, float | list[float]]:
 
 @contextmanager
 def work_dir(path: Path | None) -> Iterator[Path]:
-    """Use ``path`` (created, kept afterwards) or a temp dir removed on exit."""
+    """Use ``path`` (created, kept afterwards) or a temp dir removed on exit.
+
+    ``path`` must be new or empty: state left by an earlier run (DVC locks,
+    caches) would turn a cold build into a partly warm one.
+    """
     if path is not None:
+        if path.exists() and any(path.iterdir()):
+            raise BenchError(f"--workdir {path} is not empty")
         path.mkdir(parents=True, exist_ok=True)
         yield path
         return
@@ -136,7 +143,8 @@ def parse_trailing_json(text: str) -> dict:
 
 def marinbuild_build(marinbuild: str, workspace: Path, jobs: int) -> tuple[Run, dict]:
     """``marinbuild build //...`` on ``workspace``; returns the run and its report."""
-    cmd = [marinbuild, "--workspace", workspace, "build", "//...", "--jobs", str(jobs), "--json"]
+    cmd: list[str | Path] = [marinbuild, "--workspace", workspace, "build", "//...",
+                             "--jobs", str(jobs), "--json"]
     run = run_timed(cmd, cwd=workspace)
     return run, parse_trailing_json(run.stdout)
 
@@ -186,11 +194,36 @@ def snakemake_build(snakemake: Path, workdir: Path, cores: int) -> Run:
 
 # --- checks and reporting -----------------------------------------------------
 
-def check_outputs(root: Path, paths: Sequence[str]) -> None:
-    """Peers report success loosely; make sure every output really exists."""
-    missing = [p for p in paths if not (root / p).is_file()]
+def existing_outputs(root: Path, paths: Sequence[str]) -> dict[str, Path]:
+    """Peers report success loosely: map each expected output, insisting it exists."""
+    files = {p: root / p for p in paths}
+    missing = [p for p, f in files.items() if not f.is_file()]
     if missing:
         raise BenchError(f"{len(missing)} outputs missing under {root}, e.g. {missing[:3]}")
+    return files
+
+
+def outputs_digest(files: Mapping[str, Path]) -> str:
+    """One hash over (name, content) of every output, to show tools did equal work."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(f"{name}\0".encode())
+        digest.update(files[name].read_bytes())
+    return digest.hexdigest()
+
+
+def marinbuild_output_files(report: dict, workspace_paths: Mapping[str, str]) -> dict[str, Path]:
+    """Map workspace paths (``p3/t62.txt``) to the files marinbuild produced.
+
+    ``workspace_paths`` maps labels to those paths; a report ``output`` is the
+    output file itself or a directory holding the rule's outs.
+    """
+    files = {}
+    for entry in report["targets"]:
+        name = workspace_paths[entry["label"]]
+        output = Path(entry["output"])
+        files[name] = output / Path(name).name if output.is_dir() else output
+    return files
 
 
 def tool_version(cmd: Sequence[str | Path]) -> str:
@@ -218,7 +251,9 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     cells = [list(map(str, headers))] + [[_cell(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        padded = [c.ljust(w) if i == 0 else c.rjust(w)
+                  for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        print("  ".join(padded))
         if n == 0:
             print("  ".join("-" * w for w in widths))
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import benchlib
 import gen_workspace as gen
@@ -55,9 +55,8 @@ def scaled_packages(targets: int, full_targets: int, full_packages: int) -> int:
     return max(1, round(targets * full_packages / full_targets))
 
 
-def measure_marinbuild(root: Path, args: argparse.Namespace) -> dict:
+def measure_marinbuild(marinbuild: str, root: Path, args: argparse.Namespace) -> dict:
     """Cold build once, then ``--repeat`` verified no-op builds."""
-    marinbuild = benchlib.find_marinbuild()
     workspace = root / "marinbuild"
     gen.write_marinbuild(gen.generate_dag(args.targets, args.packages, args.seed), workspace)
     benchlib.log(f"marinbuild: cold build of {args.targets} targets")
@@ -106,7 +105,8 @@ def ratios(results: dict) -> dict[str, float]:
         return {}
     mb_noop = per_target(mb["noop_s"]["median"], mb["targets"])
     return {
-        f"marinbuild_noop/dvc_{kind}_noop": mb_noop / per_target(dvc[f"{kind}_noop_s"]["median"], dvc["targets"])
+        f"marinbuild_noop/dvc_{kind}_noop":
+            mb_noop / per_target(dvc[f"{kind}_noop_s"]["median"], dvc["targets"])
         for kind in ("repro", "status")
     }
 
@@ -140,9 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict = {"benchmark": "noop", "config": benchlib.jsonable(vars(args)),
                      "host": benchlib.host_info()}
     try:
+        marinbuild = None if args.skip_marinbuild else benchlib.find_marinbuild()
         with benchlib.work_dir(args.workdir) as root:
-            if not args.skip_marinbuild:
-                results["marinbuild"] = measure_marinbuild(root, args)
+            if marinbuild is not None:
+                results["marinbuild"] = measure_marinbuild(marinbuild, root, args)
             if dvc is not None:
                 results["dvc"] = measure_dvc(dvc, root, args)
     except benchlib.BenchError as err:

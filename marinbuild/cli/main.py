@@ -24,6 +24,7 @@ from marinbuild.session import Session
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+_MAX_OUTPUTS_SHOWN = 10  # like Bazel's --show_result: a wildcard over 10,000 targets prints a summary
 
 
 def _fail(error: MarinbuildError) -> None:
@@ -118,11 +119,13 @@ def build(ctx: click.Context, patterns: tuple[str, ...], jobs: int | None, keep_
     elif dry_run:
         for item in result.results.values():
             click.echo(f"{item.status.value:9} {item.label}" + (f"  ({item.reason})" if item.reason else ""))
-    else:
+    elif len(result.requested) <= _MAX_OUTPUTS_SHOWN:
         for label in result.requested:
             item = result.results[label]
             if item.output is not None:
                 click.echo(f"{label}: {item.output}")
+    else:
+        click.echo(f"{len(result.requested)} targets requested; 'marinbuild where LABEL' prints where one is")
     sys.exit(0 if result.ok else EXIT_FAILED)
 
 
