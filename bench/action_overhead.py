@@ -27,9 +27,9 @@ DEFAULT_PACKAGES = 50
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--targets", type=int, default=DEFAULT_TARGETS)
-    parser.add_argument("--packages", type=int, default=DEFAULT_PACKAGES)
-    parser.add_argument("--seed", type=int, default=gen.DEFAULT_SEED)
+    parser.add_argument("--targets", type=int, default=DEFAULT_TARGETS, help="default: %(default)s")
+    parser.add_argument("--packages", type=int, default=DEFAULT_PACKAGES, help="default: %(default)s")
+    parser.add_argument("--seed", type=int, default=gen.DEFAULT_SEED, help="default: %(default)s")
     parser.add_argument("--jobs", type=int, default=2,
                         help="marinbuild --jobs and Snakemake --cores (DVC is serial)")
     parser.add_argument("--skip-dvc", action="store_true")
@@ -37,9 +37,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-marinbuild", action="store_true",
                         help="measure only the peers (e.g. before the engine exists)")
     parser.add_argument("--workdir", type=Path,
-                        help="generate and build here and keep it (default: a temp dir)")
+                        help="generate and build in this new or empty dir and keep it "
+                             "(default: a temp dir, removed afterwards)")
     parser.add_argument("--json-out", type=Path, help="also write results as JSON here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not 1 <= args.packages <= args.targets:
+        parser.error("need 1 <= --packages <= --targets")
+    return args
 
 
 def cold_marinbuild(marinbuild: str, root: Path, dag: Sequence[gen.Target], jobs: int) -> dict:

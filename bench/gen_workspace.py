@@ -267,15 +267,18 @@ def generate(
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("root", type=Path, help="output directory")
-    parser.add_argument("--targets", type=int, default=DEFAULT_TARGETS)
-    parser.add_argument("--packages", type=int, default=DEFAULT_PACKAGES)
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--targets", type=int, default=DEFAULT_TARGETS, help="default: %(default)s")
+    parser.add_argument("--packages", type=int, default=DEFAULT_PACKAGES, help="default: %(default)s")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="default: %(default)s")
     parser.add_argument(
         "--tools", nargs="+", choices=TOOLS, default=list(TOOLS),
         help="which tool layouts to write (default: all)",
     )
     parser.add_argument("--dvc-layout", choices=DVC_LAYOUTS, default="per-package")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not 1 <= args.packages <= args.targets:
+        parser.error("need 1 <= --packages <= --targets")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:

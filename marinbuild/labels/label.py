@@ -30,30 +30,28 @@ class Label:
         return Label(self.package, name)
 
 
+def _check_parts(value: str, component: re.Pattern[str], what: str, text: str, hint: str) -> str:
+    """Reject empty, '.', '..' and badly spelled '/'-separated parts of a package or name."""
+    for part in value.split("/"):
+        if part in ("", ".", "..") or not component.fullmatch(part):
+            raise LabelError(f"invalid {what} '{value}' in '{text}'", hint=hint)
+    return value
+
+
 def check_package(package: str, text: str) -> str:
     """Return `package` if it is a valid package path, else raise naming `text`."""
     if package == "":
         return package
-    for part in package.split("/"):
-        if part in ("", ".", "..") or not _PACKAGE_COMPONENT.fullmatch(part):
-            raise LabelError(
-                f"invalid package path '{package}' in '{text}'",
-                hint="package paths are '/'-separated directory names, without '.', '..' or empty parts",
-            )
-    return package
+    hint = "package paths are '/'-separated directory names, without '.', '..' or empty parts"
+    return _check_parts(package, _PACKAGE_COMPONENT, "package path", text, hint)
 
 
 def check_name(name: str, text: str) -> str:
     """Return `name` if it is a valid target name, else raise naming `text`."""
     if name == "":
         raise LabelError(f"empty target name in '{text}'")
-    for part in name.split("/"):
-        if part in ("", ".", "..") or not _NAME_COMPONENT.fullmatch(part):
-            raise LabelError(
-                f"invalid target name '{name}' in '{text}'",
-                hint="names use letters, digits and _-.+=,@~# separated by '/', without '.', '..' or empty parts",
-            )
-    return name
+    hint = "names use letters, digits and _-.+=,@~# separated by '/', without '.', '..' or empty parts"
+    return _check_parts(name, _NAME_COMPONENT, "target name", text, hint)
 
 
 def parse_label(text: str, current_package: str | None = None) -> Label:
