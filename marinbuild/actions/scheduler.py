@@ -34,7 +34,7 @@ from marinbuild.actions.graph import Graph
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
 from marinbuild.labels import parse_label
-from marinbuild.store import ActionCache, Attempt, Outputs, layout
+from marinbuild.store import ActionCache, Attempt, Lease, Outputs, layout
 from marinbuild.targets.rule import Execution, Resources, Target
 
 
@@ -263,12 +263,12 @@ class Scheduler:
         label = str(planned.target.label)
         started = time.monotonic()
         try:
-            with self.cache.store.lease(layout.lock(planned.key)):
+            with self.cache.store.lease(layout.lock(planned.key)) as lease:
                 again = self.cache.lookup(planned.key)
                 if again.outputs is not None:
                     return _Outcome(again.outputs, time.monotonic() - started, ran=False)
                 attempt = self.cache.start_attempt(planned.key, label, self._attempt_info(planned))
-                return self._attempt(planned, attempt, started)
+                return self._attempt(planned, attempt, lease, started)
         except Exception:  # noqa: BLE001 - a bug or an I/O error must fail one step, not hang the build
             return _Outcome(None, time.monotonic() - started, f"internal error:\n{traceback.format_exc()}")
 
@@ -282,7 +282,7 @@ class Scheduler:
             "packages": self.provenance.packages(rule.packages),
         }
 
-    def _attempt(self, planned: _Planned, attempt: Attempt, started: float) -> _Outcome:
+    def _attempt(self, planned: _Planned, attempt: Attempt, lease: Lease, started: float) -> _Outcome:
         label = str(planned.target.label)
         context = Context(
             label=label,
@@ -310,6 +310,8 @@ class Scheduler:
             error = f"{type(failure).__name__}: {failure}"
         finally:
             close_logger(context.log)
+        if error is None and lease.lost:
+            error = "lost the lease on this key to another builder; not publishing"
         duration = time.monotonic() - started
         log = self.cache.store.local_path(layout.attempt_log(planned.key, attempt.attempt_id))
         if error is not None:
