@@ -1,14 +1,20 @@
 """marinbuild: a content-addressed build system for training foundation models.
 
-The package is layered like Bazel, each layer a subpackage that only uses the ones
-before it:
+The code follows a build from the command line to the store, one subpackage per stage,
+as in Bazel:
 
-    labels   -> names of targets and command-line patterns
-    packages -> the workspace and its BUILD.marin files, evaluated as Starlark
-    targets  -> the rules API, built-in rules, and the targets a package declares
-    actions  -> the graph, action keys, and the scheduler that runs stale steps
-    store    -> where outputs, action-cache entries, attempts and logs live
-    cli      -> the `marinbuild` command
+    labels   names: `//pkg:name` labels and command-line target patterns
+    packages the workspace and its BUILD.marin files, evaluated (Starlark) into targets
+    targets  the rules API — attributes, rules, targets, the `ctx` a rule runs with — and
+             the built-in rules (genrule, filegroup, py_step)
+    actions  the graph of a build, action keys, and the scheduler that runs stale steps
+    store    where outputs, create-only action-cache entries, attempts and logs live
+    cli      the `marinbuild` command and its progress display
+
+Imports only point down this list's dependencies (labels <- targets <- packages;
+store stands alone; actions uses them all), plus three shared modules: `errors` (the
+exception types), `hashing` (BLAKE3, canonical JSON, the stat cache) and `memo`
+(machine-local memos). `session` wires the stages together for one command.
 """
 
 __version__ = "0.1.0"

@@ -25,7 +25,7 @@ from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
 from marinbuild.hashing import StatCache, canonical_json
 from marinbuild.store import ActionCache, layout
 from marinbuild.store.action_cache import ENTRY_FORMAT, new_attempt_id
-from marinbuild.targets.registry import workspace_rules
+from marinbuild.packages.rule_modules import workspace_rules
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pathlib import Path
 from marinbuild.actions.graph import Graph
 from marinbuild.packages import PackageLoader, open_workspace
 from marinbuild.session import Session
-from marinbuild.targets.registry import workspace_rules
+from marinbuild.packages.rule_modules import workspace_rules
 
 CLI_TIMEOUT_S = 60
 STORE_DIR = "cache"  # the default store, relative to the workspace root

@@ -1,1 +1,1 @@
-"""Layer 4: actions. The graph of a build, action keys, and the scheduler that runs steps."""
+"""Actions: the graph of a build, action keys, and the scheduler that runs stale steps."""

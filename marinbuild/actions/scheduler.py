@@ -29,7 +29,7 @@ from typing import Any
 
 import marinbuild
 from marinbuild.actions import keys
-from marinbuild.actions.context import Context, InputFiles, StepFailed
+from marinbuild.targets.context import Context, InputFiles, StepFailed
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult

@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import TextIO
 
-from marinbuild.actions.context import Context, StepFailed
+from marinbuild.targets.context import Context, StepFailed
 from marinbuild.actions.logs import step_logger
 from marinbuild.targets.rule import import_impl
 

@@ -1,1 +1,1 @@
-"""Layer 6: the command line (click), and the live display of a build (rich)."""
+"""The command line (click), and the display of a build as it runs."""

@@ -1,4 +1,4 @@
-"""Layer 1: names. Labels (`//pkg:name`) and command-line target patterns."""
+"""Labels: the names of targets (`//pkg:name`) and command-line target patterns."""
 
 from marinbuild.labels.label import Label, parse_label
 from marinbuild.labels.pattern import PatternKind, TargetPattern, parse_pattern

@@ -1,4 +1,4 @@
-"""Layer 2: packages. The workspace, its BUILD.marin files, and loading them into targets."""
+"""Packages: the workspace, the rules its BUILD files may call, and loading BUILD files into targets."""
 
 from marinbuild.packages.loader import Package, PackageLoader
 from marinbuild.packages.workspace import BUILD_FILE, Workspace, open_workspace

@@ -1,4 +1,4 @@
-"""Layer 5: the store. Outputs by key, create-only action-cache entries, attempts, logs."""
+"""The store: outputs by key, create-only action-cache entries, attempts, logs."""
 
 from __future__ import annotations
 

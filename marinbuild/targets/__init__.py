@@ -1,4 +1,4 @@
-"""Layer 3: targets. The rules API (attributes, rules, targets) and the built-in rules."""
+"""Targets: the rules API (attributes, rules, targets, the step context) and the built-in rules."""
 
 from marinbuild.targets.attrs import REQUIRED, Attr, AttrType
 from marinbuild.targets.rule import Execution, Resources, Rule, Target

@@ -19,7 +19,7 @@ from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 
 if TYPE_CHECKING:
-    from marinbuild.actions.context import Context
+    from marinbuild.targets.context import Context
 
 
 class Execution(enum.Enum):

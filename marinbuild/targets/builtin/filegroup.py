@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 
-from marinbuild.actions.context import Context
+from marinbuild.targets.context import Context
 from marinbuild.labels import parse_label
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from marinbuild.actions.context import Context, StepFailed
+from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.rule import Rule

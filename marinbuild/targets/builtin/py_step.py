@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from marinbuild.actions.context import Context, StepFailed
+from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr
 from marinbuild.targets.rule import Execution, Rule
