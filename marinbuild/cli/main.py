@@ -147,4 +147,9 @@ def _reporter(live: bool) -> Reporter:
 
 
 def main() -> None:
-    cli(prog_name="marinbuild")
+    try:
+        cli(prog_name="marinbuild")
+    except KeyboardInterrupt:
+        # Running steps got the same SIGINT from the terminal; nothing they made is published.
+        click.echo("marinbuild: interrupted", err=True)
+        sys.exit(130)
