@@ -24,6 +24,7 @@ from marinbuild.session import Session
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 _MAX_OUTPUTS_SHOWN = 10  # like Bazel's --show_result: a wildcard over 10,000 targets prints a summary
 
 
@@ -42,6 +43,10 @@ def _handles_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             return command(*args, **kwargs)
         except MarinbuildError as error:
             _fail(error)
+        except KeyboardInterrupt:
+            # Running steps got the same SIGINT from the terminal; nothing they made is published.
+            click.echo("marinbuild: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
 
     return wrapper
 
@@ -147,9 +152,4 @@ def _reporter(live: bool) -> Reporter:
 
 
 def main() -> None:
-    try:
-        cli(prog_name="marinbuild")
-    except KeyboardInterrupt:
-        # Running steps got the same SIGINT from the terminal; nothing they made is published.
-        click.echo("marinbuild: interrupted", err=True)
-        sys.exit(130)
+    cli(prog_name="marinbuild")
