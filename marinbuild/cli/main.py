@@ -64,14 +64,19 @@ class _DefaultToBuild(click.Group):
 @click.version_option(marinbuild.__version__, prog_name="marinbuild")
 @click.option("--workspace", type=click.Path(file_okay=False, path_type=Path), help="Workspace root (default: found from the current directory).")
 @click.option("--store", "store_url", metavar="URL", help="Store URL or directory (default: the workspace's setting, else cache/).")
+@click.option(
+    "--unsafe-no-locking",
+    is_flag=True,
+    help="Build on a store without leases (fsspec URLs other than gs://): the same step may run on two machines at once.",
+)
 @click.pass_context
-def cli(ctx: click.Context, workspace: Path | None, store_url: str | None) -> None:
+def cli(ctx: click.Context, workspace: Path | None, store_url: str | None, unsafe_no_locking: bool) -> None:
     """A content-addressed build system for training foundation models."""
-    ctx.obj = {"workspace": workspace, "store": store_url}
+    ctx.obj = {"workspace": workspace, "store": store_url, "unsafe_no_locking": unsafe_no_locking}
 
 
 def _session(ctx: click.Context) -> Session:
-    return Session.open(ctx.obj["workspace"], ctx.obj["store"])
+    return Session.open(ctx.obj["workspace"], ctx.obj["store"], unsafe_no_locking=ctx.obj["unsafe_no_locking"])
 
 
 class _BuildCommand(click.Command):

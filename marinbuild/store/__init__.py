@@ -8,7 +8,7 @@ from pathlib import Path
 from marinbuild.errors import StoreError
 from marinbuild.store import layout
 from marinbuild.store.action_cache import ActionCache, Attempt, CacheEntry, Lookup, Outputs
-from marinbuild.store.base import Lease, Store
+from marinbuild.store.base import Lease, ObjectStat, Store
 from marinbuild.store.local import LocalStore
 
 __all__ = [
@@ -17,27 +17,47 @@ __all__ = [
     "CacheEntry",
     "Lease",
     "Lookup",
+    "ObjectStat",
     "Outputs",
     "Store",
     "initialize",
     "open_store",
+    "require_leases",
     "store_salt",
 ]
 
 STORE_FORMAT = 1
 
 
-def open_store(url: str) -> Store:
-    """Open the store at `url`. Opening writes nothing: a dry run leaves no trace."""
+def open_store(url: str, local_dir: Path) -> Store:
+    """Open the store at `url`. Opening writes nothing: a dry run leaves no trace.
+
+    `local_dir` is this machine's own space for a remote store (staging, scratch)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return LocalStore(Path(url))
     if scheme == "file":
         return LocalStore(Path(rest))
-    raise StoreError(
-        f"unsupported store URL '{url}'",
-        hint="this version supports local directories (a path or file://); gs:// stores come with the GCS store",
-    )
+    if scheme == "gs":
+        from marinbuild.store.gcs import GCSStore  # gcsfs costs 300 ms to import: only for gs://
+
+        return GCSStore(url, local_dir)
+    from fsspec.registry import known_implementations
+
+    if scheme not in known_implementations:
+        raise StoreError(f"unsupported store URL '{url}'", hint="use a directory, file://, gs:// or another fsspec URL (s3://, ...)")
+    from marinbuild.store.remote import RemoteStore
+
+    return RemoteStore(url, local_dir)
+
+
+def require_leases(store: Store, unsafe_no_locking: bool) -> None:
+    """Refuse to build on a store whose leases exclude nobody, unless told it is fine."""
+    if not store.exclusive_leases and not unsafe_no_locking:
+        raise StoreError(
+            f"store {store.url} cannot hold leases: its backend has no conditional writes, so two machines could run the same step at once and create-only entries are check-then-write",
+            hint="use a gs:// or local store, or pass --unsafe-no-locking to accept duplicate runs (every result is still verified before use)",
+        )
 
 
 def store_salt(store: Store) -> str:

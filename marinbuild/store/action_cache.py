@@ -5,6 +5,10 @@ into place, and only then is the entry created, create-only. A reader trusts not
 without an entry, and verifies every file of an entry against its manifest before
 serving it (invariant 3), so a crash at any point, a deleted file or a flipped byte is
 a miss — reported, and rebuilt — never a wrong answer.
+
+On a remote store the upload is verified against the backend's checksums, which the
+entry records; a lookup compares them with one listing, and files are downloaded
+(and BLAKE3-verified) only when a step reads them as local files.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +24,8 @@ from typing import Any
 
 from marinbuild.store import layout
 from marinbuild.store.base import Store
+from marinbuild.store.local_cache import LocalCache
+from marinbuild.store.remote import RemoteStore
 from marinbuild.hashing import StatCache, canonical_json
 from marinbuild.memo import Memo
 from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
@@ -40,9 +47,10 @@ class CacheEntry:
     provenance: dict[str, Any]
     attempt: str
     tree_digest: str
-
+    checksums: dict[str, str] = field(default_factory=dict)  # the backend's, by path (remote stores)
 
     def to_json(self) -> dict[str, Any]:
+        extra = {"checksums": self.checksums} if self.checksums else {}
         return {
             "format": ENTRY_FORMAT,
             "key": self.key,
@@ -52,6 +60,7 @@ class CacheEntry:
             "recipe": self.recipe,
             "provenance": self.provenance,
             "attempt": self.attempt,
+            **extra,
         }
 
     @classmethod
@@ -64,6 +73,7 @@ class CacheEntry:
             recipe=data["recipe"],
             provenance=data["provenance"],
             attempt=data["attempt"],
+            checksums=data.get("checksums", {}),
         )
 
 
@@ -74,7 +84,7 @@ class Outputs:
     key: str
     tree_digest: str
     manifest: Manifest
-    directory: str  # a string, not a Path: a no-op build makes 10,000 of these
+    directory: str  # a path, or a URL on a remote store; a string: a no-op build makes 10,000
 
 
 @dataclass(frozen=True)
@@ -116,13 +126,20 @@ class ActionCache:
     checked, trusted while the entry object's signature is unchanged (entries are never
     rewritten in place, so a replaced entry has a new signature)."""
 
-    def __init__(self, store: Store, stat_cache: StatCache, memo: Memo):
+    def __init__(self, store: Store, stat_cache: StatCache, memo: Memo, local_cache: LocalCache):
         self.store = store
         self.stat_cache = stat_cache
         self.memo = memo
+        self.local_cache = local_cache
 
     def output_dir(self, key: str) -> str:
-        return os.fspath(self.store.local_path(layout.output(key)))
+        return self.store.location(layout.output(key))
+
+    def local_dir(self, outputs: Outputs) -> Path:
+        """The outputs as local files: in place on a local store, else copied by digest."""
+        if isinstance(self.store, RemoteStore):
+            return self.local_cache.materialise(self.store, layout.output(outputs.key), outputs.manifest)
+        return Path(outputs.directory)
 
     def lookup(self, key: str) -> Lookup:
         path = layout.entry(key)
@@ -131,16 +148,20 @@ class ActionCache:
             return Lookup(None)
         remembered = self.memo.get(path)
         if remembered is not None and remembered[0] == signature:
-            tree_digest, files = remembered[1], remembered[2]
+            tree_digest, files, checksums = remembered[1], remembered[2], remembered[3]
             manifest = Manifest(tuple(FileEntry(*item) for item in files))
         else:
             parsed = self._read_entry(path)
             if isinstance(parsed, str):
                 return Lookup(None, parsed)
-            tree_digest, manifest = parsed.tree_digest, parsed.manifest
-            self.memo.put(path, (signature, tree_digest, [(f.path, f.digest, f.size) for f in manifest.files]))
+            tree_digest, manifest, checksums = parsed.tree_digest, parsed.manifest, parsed.checksums
+            files = [(f.path, f.digest, f.size) for f in manifest.files]
+            self.memo.put(path, (signature, tree_digest, files, checksums))
         directory = self.output_dir(key)
-        problem = self.verify(manifest, directory)
+        if isinstance(self.store, RemoteStore):
+            problem = self.verify_stored(key, manifest, checksums)
+        else:
+            problem = self.verify(manifest, directory)
         return Lookup(None, problem) if problem else Lookup(Outputs(key, tree_digest, manifest, directory))
 
     def _read_entry(self, path: str) -> CacheEntry | str:
@@ -169,6 +190,19 @@ class ActionCache:
                 return f"output file {item.path} does not match its manifest (corrupt)"
         return None
 
+    def verify_stored(self, key: str, manifest: Manifest, checksums: dict[str, str]) -> str | None:
+        """Check a remote entry's outputs with one listing: every file present, of its size,
+        with the checksum recorded at upload where the backend keeps one."""
+        stored = self.store.stat_tree(layout.output(key))
+        for item in manifest.files:
+            found = stored.get(item.path)
+            if found is None:
+                return f"output file {item.path} is missing from the store"
+            expected = checksums.get(item.path)
+            if found.size != item.size or (expected is not None and found.checksum != expected):
+                return f"output file {item.path} does not match its manifest (corrupt)"
+        return None
+
     # -- running and publishing ----------------------------------------------------------
 
     def start_attempt(self, key: str, label: str, info: dict[str, Any]) -> Attempt:
@@ -189,7 +223,7 @@ class ActionCache:
         self.store.write_bytes(
             layout.attempt_record(attempt.key, attempt.attempt_id), canonical_json(attempt.record).encode()
         )
-        self.store.delete(layout.staging(attempt.attempt_id))
+        shutil.rmtree(attempt.staging, ignore_errors=True)
 
     def publish(self, attempt: Attempt, recipe: dict[str, Any], provenance: dict[str, Any]) -> Outputs:
         """Publish an attempt's outputs under its key; the first entry of a key wins."""
@@ -199,12 +233,16 @@ class ActionCache:
             return existing.outputs
         if existing.problem is not None:
             self._quarantine(attempt.key, attempt.attempt_id)
-        self.store.put_dir(attempt.out, layout.output(attempt.key))
+        remote = isinstance(self.store, RemoteStore)
+        if remote:
+            self.local_cache.adopt(attempt.out, manifest)
+        checksums = self.store.put_dir(attempt.out, layout.output(attempt.key))
         root = self.output_dir(attempt.key)
-        for item in manifest.files:
-            self.stat_cache.record(f"{root}/{item.path}", item.digest)
+        if not remote:
+            for item in manifest.files:
+                self.stat_cache.record(f"{root}/{item.path}", item.digest)
         entry = CacheEntry(
-            attempt.key, attempt.label, manifest, recipe, provenance, attempt.attempt_id, manifest.tree_digest
+            attempt.key, attempt.label, manifest, recipe, provenance, attempt.attempt_id, manifest.tree_digest, checksums
         )
         if not self.store.create_only(layout.entry(attempt.key), canonical_json(entry.to_json()).encode()):
             winner = self.lookup(attempt.key).outputs

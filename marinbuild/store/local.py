@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Hashable, Iterator
 from pathlib import Path
 
-from marinbuild.store.base import Lease, Store
+from marinbuild.store.base import Lease, ObjectStat, Store, WaitingFn
 
 
 class LocalStore(Store):
@@ -81,6 +81,16 @@ class LocalStore(Store):
                     found.append(Path(directory, name).relative_to(self.root).as_posix())
         return sorted(found)
 
+    def stat_tree(self, prefix: str) -> dict[str, ObjectStat]:
+        base = self._path(prefix)
+        found = {}
+        for directory, _subdirectories, files in os.walk(base):
+            for name in files:
+                if not name.endswith(".tmp"):
+                    path = Path(directory, name)
+                    found[path.relative_to(base).as_posix()] = ObjectStat(path.stat().st_size, None)
+        return found
+
     def delete(self, path: str) -> None:
         target = self._path(path)
         if target.is_dir() and not target.is_symlink():
@@ -97,12 +107,13 @@ class LocalStore(Store):
         directory.mkdir(parents=True, exist_ok=False)
         return directory
 
-    def put_dir(self, local: Path, path: str) -> None:
+    def put_dir(self, local: Path, path: str) -> dict[str, str]:
         target = self._path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
             self.delete(path)
         os.rename(local, target)
+        return {}
 
     def put_file(self, local: Path, path: str) -> None:
         target = self._path(path)
@@ -112,8 +123,12 @@ class LocalStore(Store):
     def local_path(self, path: str) -> Path:
         return Path(self._prefix + path)
 
+    def location(self, path: str) -> str:
+        return self._prefix + path
+
     @contextlib.contextmanager
-    def lease(self, name: str) -> Iterator[Lease]:
+    def lease(self, name: str, waiting: WaitingFn | None = None) -> Iterator[Lease]:
+        """A `flock`: the kernel wakes the next waiter, so there is nobody to show while waiting."""
         lock_file = self._path(name)
         lock_file.parent.mkdir(parents=True, exist_ok=True)
         with open(lock_file, "a") as handle:

@@ -9,7 +9,10 @@ rebuilt inside a worker process for rules that run in a subprocess.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,38 @@ ProgressFn = Callable[[float, "float | None", str], None]
 
 class StepFailed(Exception):
     """Raised by a rule implementation for an expected failure: the message is shown, not a traceback."""
+
+
+class ChildProcesses:
+    """The processes a running step started, so that the builder can stop the step (its
+    lease was taken over) by killing them; once stopped, no new one starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self.stopped = False
+
+    @contextmanager
+    def popen(self, args: list[str], **kwargs: object) -> Iterator[subprocess.Popen]:
+        with self._lock:
+            if self.stopped:
+                raise StepFailed("the step was stopped before it started a process")
+            process = subprocess.Popen(args, **kwargs)  # type: ignore[call-overload]
+            self._running.add(process)
+        try:
+            yield process
+        finally:
+            with self._lock:
+                self._running.discard(process)
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            for process in self._running:
+                process.kill()
 
 
 @dataclass(frozen=True)
@@ -49,6 +84,7 @@ class Context:
     scratch: Path | None = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("marinbuild.step"))
     progress_fn: ProgressFn | None = None
+    processes: ChildProcesses = field(default_factory=ChildProcesses)
 
     def files(self, label: str) -> tuple[Path, ...]:
         return self.inputs[label].files

@@ -88,17 +88,17 @@ def _run(ctx: Context) -> None:
         (ctx.out / out).parent.mkdir(parents=True, exist_ok=True)
     script = expand_command(ctx)
     ctx.log.info("$ %s", script)
-    with open(ctx.log_path, "ab") as log:
-        completed = subprocess.run(
-            ["bash", "-c", "set -euo pipefail\n" + script],
-            cwd=ctx.tmp,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "RULEDIR": str(ctx.out)},
-        )
-    if completed.returncode != 0:
-        raise StepFailed(f"command exited with status {completed.returncode}")
+    with open(ctx.log_path, "ab") as log, ctx.processes.popen(
+        ["bash", "-c", "set -euo pipefail\n" + script],
+        cwd=ctx.tmp,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "RULEDIR": str(ctx.out)},
+    ) as process:
+        returncode = process.wait()
+    if returncode != 0:
+        raise StepFailed(f"command exited with status {returncode}")
     missing = [out for out in ctx.attrs["outs"] if not (ctx.out / out).is_file()]
     if missing:
         raise StepFailed(f"declared outputs were not created: {', '.join(missing)}")

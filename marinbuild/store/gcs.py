@@ -1,0 +1,172 @@
+"""A store in a Google Cloud Storage bucket (`gs://bucket/prefix`), through gcsfs.
+
+Every guarantee the local store gets from the filesystem comes here from GCS's
+generation preconditions, sent through the JSON API with gcsfs's authenticated session:
+
+- `create_only` uploads with `ifGenerationMatch=0`: of two builders publishing one key,
+  GCS accepts exactly one entry and answers 412 to the other;
+- a lease is an object whose every update is matched to the generation its holder last
+  wrote (`lease_object.py`), so a holder that was taken over finds out at its next
+  heartbeat;
+- each object's CRC32C, kept by GCS and returned by listings, checks uploads and lets a
+  lookup verify an entry's outputs without downloading them.
+
+`STORAGE_EMULATOR_HOST` points gcsfs at an emulator (anonymous); otherwise the default
+Google credentials are used.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import socket
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from marinbuild.errors import StoreError
+from marinbuild.store.base import Lease, WaitingFn
+from marinbuild.store.lease_object import LeaseSettings, held_lease
+from marinbuild.store.remote import RemoteStore, backend_errors
+
+_PUBLIC_ENDPOINT = "https://storage.googleapis.com"
+_CONNECT_TIMEOUT_S = 5.0
+_BOUNDARY = "marinbuild-part"
+
+
+def _backend_error_types() -> tuple[type[BaseException], ...]:
+    import aiohttp
+    import google.auth.exceptions
+    import requests
+    from gcsfs.retry import HttpError
+
+    return (OSError, HttpError, aiohttp.ClientError, google.auth.exceptions.GoogleAuthError, requests.RequestException)
+
+
+class GCSStore(RemoteStore):
+    exclusive_leases = True
+
+    def __init__(self, url: str, local_dir: Path):
+        super().__init__(url, local_dir)
+        self.backend_error_types = _backend_error_types()
+        self.bucket, _, self.prefix = self.url.removeprefix("gs://").partition("/")
+        if not self.bucket:
+            raise StoreError(f"store URL '{url}' names no bucket", hint="e.g. gs://team-bucket/marinbuild")
+
+    @functools.cached_property
+    def fs(self) -> Any:
+        import gcsfs
+
+        endpoint = os.environ.get("STORAGE_EMULATOR_HOST")
+        self._check_reachable(endpoint or _PUBLIC_ENDPOINT)
+        return gcsfs.GCSFileSystem(token="anon" if endpoint else None)
+
+    def _check_reachable(self, endpoint: str) -> None:
+        """One TCP connect up front: gcsfs retries a refused connection for half a minute."""
+        parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname, port), timeout=_CONNECT_TIMEOUT_S).close()
+        except OSError as error:
+            raise StoreError(
+                f"store {self.url} is unreachable: cannot connect to {parts.hostname}:{port} ({error})",
+                hint="check the network (and STORAGE_EMULATOR_HOST if you use an emulator); nothing local was changed",
+            ) from None
+
+    @functools.cached_property
+    def root(self) -> str:
+        return f"{self.bucket}/{self.prefix}".rstrip("/")
+
+    def _key(self, path: str) -> str:
+        return f"{self.prefix}/{path}" if self.prefix else path
+
+    def checksum(self, info: Mapping[str, Any]) -> str | None:
+        crc32c = info.get("crc32c")
+        return f"crc32c:{crc32c}" if crc32c else None
+
+    def local_checksum(self, path: Path) -> str | None:
+        import google_crc32c
+
+        checksum = google_crc32c.Checksum()
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                checksum.update(block)
+        return f"crc32c:{base64.b64encode(checksum.digest()).decode()}"
+
+    def signature(self, path: str) -> Any:
+        versioned = self._metadata(path)
+        return None if versioned is None else versioned["generation"]
+
+    # -- conditional operations ---------------------------------------------------------
+
+    @backend_errors
+    def _metadata(self, path: str) -> dict[str, Any] | None:
+        try:
+            return self.fs.call("GET", "b/{}/o/{}", self.bucket, self._key(path), json_out=True)
+        except FileNotFoundError:
+            return None
+
+    @backend_errors
+    def read_versioned(self, path: str) -> tuple[bytes, int] | None:
+        """An object's bytes and the generation they belong to; None if absent."""
+        while True:
+            metadata = self._metadata(path)
+            if metadata is None:
+                return None
+            generation = int(metadata["generation"])
+            try:
+                _headers, data = self.fs.call(
+                    "GET", "b/{}/o/{}", self.bucket, self._key(path), alt="media", generation=generation
+                )
+            except FileNotFoundError:
+                continue  # replaced between the two requests: read the new one
+            return data, generation
+
+    @backend_errors
+    def write_if_generation(self, path: str, data: bytes, generation: int) -> int:
+        """Write `path` only if its generation is `generation` (0: only if absent).
+
+        Returns the new generation; FileExistsError if GCS refused (412). A multipart
+        upload: GCS (and fake-gcs-server) check the precondition on it."""
+        metadata = json.dumps({"name": self._key(path)})
+        body = (
+            f"--{_BOUNDARY}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{metadata}\r\n"
+            f"--{_BOUNDARY}\r\nContent-Type: application/octet-stream\r\n\r\n"
+        ).encode() + data + f"\r\n--{_BOUNDARY}--".encode()
+        written = self.fs.call(
+            "POST",
+            f"{self.fs._location}/upload/storage/v1/b/{quote(self.bucket)}/o",
+            uploadType="multipart",
+            ifGenerationMatch=str(generation),
+            headers={"Content-Type": f'multipart/related; boundary="{_BOUNDARY}"'},
+            data=body,
+            json_out=True,
+        )
+        self.fs.invalidate_cache()
+        return int(written["generation"])
+
+    @backend_errors
+    def delete_if_generation(self, path: str, generation: int) -> None:
+        """Delete `path` unless someone replaced it since `generation`."""
+        try:
+            self.fs.call("DELETE", "b/{}/o/{}", self.bucket, self._key(path), ifGenerationMatch=str(generation))
+        except (FileNotFoundError, FileExistsError):
+            pass  # gone, or taken over: either way no longer ours
+
+    def create_only(self, path: str, data: bytes) -> bool:
+        try:
+            self.write_if_generation(path, data, 0)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            raise StoreError(f"store {self.url}: bucket {self.bucket} does not exist", hint=f"create it: gcloud storage buckets create gs://{self.bucket}") from None
+        return True
+
+    @contextmanager
+    def lease(self, name: str, waiting: WaitingFn | None = None) -> Iterator[Lease]:
+        with held_lease(self, name, LeaseSettings.from_env(), waiting) as lease:
+            yield lease

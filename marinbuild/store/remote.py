@@ -1,0 +1,189 @@
+"""A store at any fsspec URL (s3://, az://, memory://, ...): the generic remote store.
+
+What holds here depends on the backend, and is stated rather than assumed:
+
+- objects are written whole (one PUT per object), so a reader never sees half an object,
+  and an action-cache entry is created only after every output is uploaded and listed;
+- `create_only` is check-then-write: two builders racing on the same key may both
+  "win", which is harmless (both entries describe outputs of the same key, and every
+  lookup verifies them) but means attempts can be duplicated;
+- there are no leases: without preconditions two machines cannot exclude each other, so
+  building refuses to start unless `--unsafe-no-locking` accepts that the same key may
+  run on two machines at once.
+
+The GCS store (`gcs.py`) closes these gaps with generation preconditions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import shutil
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from marinbuild.errors import StoreError
+from marinbuild.store.base import Lease, ObjectStat, Store, WaitingFn
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def backend_errors(method: _Method) -> _Method:
+    """Report the backend's I/O failures (unreachable, permission denied) as StoreError
+    naming the store's URL; absence and create-only conflicts stay Python's own errors."""
+
+    @functools.wraps(method)
+    def wrapper(self: RemoteStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (FileNotFoundError, FileExistsError, StoreError):
+            raise
+        except self.backend_error_types as error:
+            raise self.store_error(error) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class RemoteStore(Store):
+    """A store whose objects live behind fsspec; `local_dir` is this machine's own space
+    for it (staging of running attempts, copies of logs, scratch), never shared."""
+
+    exclusive_leases = False
+    backend_error_types: tuple[type[BaseException], ...] = (OSError,)
+
+    def __init__(self, url: str, local_dir: Path):
+        self.url = url.rstrip("/")
+        self.local_dir = local_dir / hashlib.sha256(self.url.encode()).hexdigest()[:16]
+
+    @functools.cached_property
+    def fs(self) -> Any:
+        import fsspec  # only remote stores pay for it
+
+        return fsspec.core.url_to_fs(self.url)[0]
+
+    @functools.cached_property
+    def root(self) -> str:
+        """The store's root as the filesystem names it (no protocol)."""
+        return self.fs._strip_protocol(self.url).rstrip("/")
+
+    def store_error(self, error: BaseException) -> StoreError:
+        return StoreError(
+            f"store {self.url} cannot be used: {error}",
+            hint="check the URL, the network and your credentials; nothing local was changed",
+        )
+
+    def _full(self, path: str) -> str:
+        return f"{self.root}/{path}" if path else self.root
+
+    def _relative(self, full: str, prefix: str) -> str:
+        return full[len(self._full(prefix)) + 1 :]
+
+    def checksum(self, info: Mapping[str, Any]) -> str | None:
+        """The content checksum the backend keeps for an object (none by default)."""
+        return None
+
+    def local_checksum(self, path: Path) -> str | None:
+        """The same checksum of a local file, to verify an upload."""
+        return None
+
+    @backend_errors
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            return self.fs.cat_file(self._full(path))
+        except FileNotFoundError:
+            return None
+
+    @backend_errors
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self.fs.pipe_file(self._full(path), data)
+
+    @backend_errors
+    def create_only(self, path: str, data: bytes) -> bool:
+        if self.fs.exists(self._full(path)):
+            return False
+        self.fs.pipe_file(self._full(path), data)
+        return True
+
+    @backend_errors
+    def exists(self, path: str) -> bool:
+        return self.fs.exists(self._full(path))
+
+    @backend_errors
+    def signature(self, path: str) -> Hashable | None:
+        try:
+            info = self.fs.info(self._full(path))
+        except FileNotFoundError:
+            return None
+        return (info.get("size"), info.get("generation") or info.get("ETag") or info.get("mtime"), self.checksum(info))
+
+    @backend_errors
+    def list(self, prefix: str) -> list[str]:
+        return sorted(self._relative(full, "") for full in self._find(prefix))
+
+    def _find(self, prefix: str) -> dict[str, dict[str, Any]]:
+        self.fs.invalidate_cache()  # listings are cached by fsspec; other builders change the store
+        try:
+            return self.fs.find(self._full(prefix), detail=True)
+        except FileNotFoundError:
+            return {}
+
+    @backend_errors
+    def stat_tree(self, prefix: str) -> dict[str, ObjectStat]:
+        return {
+            self._relative(full, prefix): ObjectStat(int(info["size"]), self.checksum(info))
+            for full, info in self._find(prefix).items()
+        }
+
+    @backend_errors
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self._full(path), recursive=True)
+
+    def staging_dir(self, path: str) -> Path:
+        directory = self.local_dir / path
+        directory.mkdir(parents=True, exist_ok=False)
+        return directory
+
+    @backend_errors
+    def put_dir(self, local: Path, path: str) -> dict[str, str]:
+        if self._find(path):
+            self.delete(path)  # a crashed attempt's leftovers: no entry points at them
+        files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+        if files:
+            self.fs.put([str(local / name) for name in files], [self._full(f"{path}/{name}") for name in files])
+        stored = self.stat_tree(path)
+        checksums: dict[str, str] = {}
+        for name in files:
+            expected = ObjectStat((local / name).stat().st_size, self.local_checksum(local / name))
+            found = stored.get(name)
+            if found is None or found.size != expected.size or (expected.checksum and found.checksum != expected.checksum):
+                raise StoreError(f"upload of {self.location(f'{path}/{name}')} did not verify (stored {found}, local {expected})")
+            if found.checksum is not None:
+                checksums[name] = found.checksum
+        return checksums
+
+    @backend_errors
+    def put_file(self, local: Path, path: str) -> None:
+        self.fs.put_file(str(local), self._full(path))
+        mirror = self.local_path(path)
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(local, mirror)
+
+    @backend_errors
+    def get_files(self, files: Mapping[str, Path]) -> None:
+        """Download objects to local files, concurrently where the backend can."""
+        if files:
+            self.fs.get([self._full(path) for path in files], [str(local) for local in files.values()])
+
+    def local_path(self, path: str) -> Path:
+        return self.local_dir / path
+
+    def location(self, path: str) -> str:
+        return f"{self.url}/{path}"
+
+    @contextlib.contextmanager
+    def lease(self, name: str, waiting: WaitingFn | None = None) -> Iterator[Lease]:
+        """No exclusion at all: building on such a store needs `--unsafe-no-locking`."""
+        yield Lease(name)

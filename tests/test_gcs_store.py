@@ -1,0 +1,387 @@
+"""A store on GCS (fake-gcs-server): shared hits, one run per key, never a bad answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import blake3
+import pytest
+
+from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses
+from marinbuild.errors import StoreError
+from marinbuild.store import layout, open_store
+from marinbuild.store.gcs import GCSStore
+from marinbuild.store.lease_object import LeaseSettings, held_lease
+
+TTL_S = 3.0  # short leases: a takeover test waits one expiry
+
+
+@pytest.fixture(autouse=True)
+def short_leases(monkeypatch):
+    monkeypatch.setenv("MARINBUILD_LEASE_TTL_S", str(TTL_S))
+
+
+def gcs_store(bucket: str, tmp_path: Path, prefix: str = "mb") -> GCSStore:
+    store = open_store(f"gs://{bucket}/{prefix}", tmp_path / "local")
+    assert isinstance(store, GCSStore)
+    return store
+
+
+def bucket_entries(fs, root: str) -> list[dict]:
+    """Every action-cache entry under gs://ROOT."""
+    fs.invalidate_cache()
+    return [json.loads(fs.cat_file(path)) for path in fs.find(f"{root}/ac")]
+
+
+def bucket_problems(fs, root: str) -> list[str]:
+    """Every entry's files exist and match their BLAKE3 digests (read straight from GCS)."""
+    problems = []
+    for entry in bucket_entries(fs, root):
+        key = entry["key"]
+        for item in entry["files"]:
+            path = f"{root}/{layout.output(key)}/{item['path']}"
+            try:
+                data = fs.cat_file(path)
+            except FileNotFoundError:
+                problems.append(f"{key}: {item['path']} is missing")
+                continue
+            if len(data) != item["size"] or blake3.blake3(data).hexdigest() != item["blake3"]:
+                problems.append(f"{key}: {item['path']} is partial or corrupt")
+    return problems
+
+
+def attempts_by_key(fs, root: str) -> dict[str, list[dict]]:
+    fs.invalidate_cache()
+    found: dict[str, list[dict]] = {}
+    for path in fs.find(f"{root}/attempts"):
+        if path.endswith(".json"):
+            record = json.loads(fs.cat_file(path))
+            found.setdefault(record["key"], []).append(record)
+    return found
+
+
+# -- the store's primitives ---------------------------------------------------------------------
+
+
+def test_gcs_primitives_use_generation_preconditions(gcs_bucket, tmp_path):
+    store = gcs_store(gcs_bucket, tmp_path)
+    assert store.read_bytes("a/b.json") is None and store.signature("a/b.json") is None
+    assert store.create_only("a/b.json", b"first")
+    assert not store.create_only("a/b.json", b"second"), "a second create must get 412"
+    assert store.read_bytes("a/b.json") == b"first"
+    data, generation = store.read_versioned("a/b.json")
+    newer = store.write_if_generation("a/b.json", b"v2", generation)
+    with pytest.raises(FileExistsError):
+        store.write_if_generation("a/b.json", b"stale", generation)
+    assert store.read_versioned("a/b.json") == (b"v2", newer)
+    store.write_bytes("c/d.txt", b"hello")
+    assert store.list("") == ["a/b.json", "c/d.txt"]
+    staged = tmp_path / "staged"
+    (staged / "sub").mkdir(parents=True)
+    (staged / "sub" / "x.bin").write_bytes(b"x" * 1000)
+    checksums = store.put_dir(staged, "out/xx/k")
+    stats = store.stat_tree("out/xx/k")
+    assert set(stats) == {"sub/x.bin"} and stats["sub/x.bin"].size == 1000
+    assert checksums == {"sub/x.bin": stats["sub/x.bin"].checksum} and checksums["sub/x.bin"].startswith("crc32c:")
+    store.delete("out/xx/k")
+    assert store.stat_tree("out/xx/k") == {}
+
+
+def test_a_lease_excludes_others_and_an_expired_one_is_taken_over(gcs_bucket, tmp_path):
+    store = gcs_store(gcs_bucket, tmp_path)
+    settings = LeaseSettings(ttl_s=TTL_S)
+    events: list[str] = []
+    waits: list[str] = []
+
+    def hold(name: str) -> None:
+        with held_lease(store, "locks/ab/k.lock", settings, waits.append):
+            events.append(f"{name} in")
+            time.sleep(0.5)
+            events.append(f"{name} out")
+
+    threads = [threading.Thread(target=hold, args=(name,)) for name in ("one", "two")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert [event.split()[1] for event in events] == ["in", "out", "in", "out"]
+    assert waits and "holds it" in waits[0], waits
+
+    # A holder that stops heartbeating (killed) is taken over once its lease expires, and
+    # finds out at its next heartbeat that it lost it.
+    lost = threading.Event()
+    with held_lease(store, "locks/ab/j.lock", settings, None) as first:
+        first.on_lost = lost.set
+        data, generation = store.read_versioned("locks/ab/j.lock")
+        holder = json.loads(data)
+        holder.update(expires=time.time() - 1, token="someone else")
+        store.write_if_generation("locks/ab/j.lock", json.dumps(holder).encode(), generation)
+        assert lost.wait(TTL_S * 2) and first.lost
+
+
+# -- acceptance ---------------------------------------------------------------------------------
+
+PIPELINE = """\
+    genrule(name = "data", outs = ["data.txt"], cmd = "seq 1 2000 > $@")
+    genrule(name = "tokens", srcs = [":data"], outs = ["tokens.txt"], cmd = "tr 0-9 a-j < $< > $@")
+    genrule(name = "model", srcs = [":tokens"], outs = ["model/weights.bin", "model/config.json"],
+            cmd = "sleep 0.3; sha256sum $< > $(RULEDIR)/model/weights.bin; echo '{\\"layers\\": 2}' > $(RULEDIR)/model/config.json")
+    """
+
+
+def test_two_workspaces_share_one_gcs_store(make_workspace, gcs_bucket):
+    """A builds; B (its own workspace and local cache) runs nothing and can read the model."""
+    store = f"gs://{gcs_bucket}/team"
+    a = make_workspace({"exp/BUILD.marin": PIPELINE}, name="alice")
+    b = make_workspace({"exp/BUILD.marin": PIPELINE}, name="bob")
+    built = build_json(a, "//exp:all", store=store)
+    assert set(statuses(built).values()) == {"built"}
+    assert built["by_label"]["//exp:model"]["output"].startswith(f"gs://{gcs_bucket}/team/out/")
+    shared = build_json(b, "//exp:all", store=store)
+    assert set(statuses(shared).values()) == {"cached"}
+    rc, out, err = run_cli(b, "where", "//exp:model", store=store)
+    assert rc == 0, err
+    model = Path(out.strip())
+    assert model.is_relative_to(b / ".marinbuild")
+    assert json.loads((model / "model" / "config.json").read_text()) == {"layers": 2}
+
+
+CHAIN = "\n".join(
+    f"genrule(name = 's{i}', srcs = {[f':s{i - 1}'] if i else []!r}, outs = ['s{i}.txt'], "
+    f"cmd = 'sleep 0.4; {{ cat $(SRCS) /dev/null; echo {i}; }} > $@')"
+    for i in range(4)
+) + "\ngenrule(name = 'side', outs = ['side.txt'], cmd = 'sleep 0.4; echo side > $@')\n"
+
+
+def _builder(ws: Path, store: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "--store", store, "build", *args],
+        cwd=ws,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        start_new_session=True,
+    )
+
+
+def test_four_concurrent_builders_run_every_action_once(make_workspace, gcs_bucket, fake_gcs_server):
+    store = f"gs://{gcs_bucket}/shared"
+    workspaces = [make_workspace({"pkg/BUILD.marin": CHAIN}, name=f"builder{n}") for n in range(4)]
+    builders = [_builder(ws, store, "--json", "--jobs", "2", "//pkg:all") for ws in workspaces]
+    results = []
+    for builder in builders:
+        out, err = builder.communicate(timeout=CLI_TIMEOUT_S)
+        assert builder.returncode == 0, err
+        results.append(json.loads(out))
+    attempts = attempts_by_key(fake_gcs_server.fs(), f"{gcs_bucket}/shared")
+    keys = {item["key"] for item in results[0]["targets"]}
+    assert set(attempts) == keys
+    for key, records in attempts.items():
+        assert [record["status"] for record in records] == ["succeeded"], (key, records)
+    outputs = [{item["label"]: item["output"] for item in result["targets"]} for result in results]
+    assert all(found == outputs[0] for found in outputs)
+    built = sum(item["status"] == "built" for result in results for item in result["targets"])
+    assert built == len(keys), "each action is built by exactly one builder, the others get hits"
+    assert not bucket_problems(fake_gcs_server.fs(), f"{gcs_bucket}/shared")
+
+
+RESUMABLE_RULE = """\
+    import time
+
+    from marinbuild.targets.rule import Execution, Rule
+
+
+    def _count(ctx):
+        checkpoint = ctx.scratch / "step"
+        start = int(checkpoint.read_text()) if checkpoint.exists() else 0
+        with open(ctx.scratch / "starts", "a") as starts:
+            starts.write(f"{start}\\n")
+        for step in range(start, 20):
+            time.sleep(0.1)
+            checkpoint.write_text(str(step + 1))
+        (ctx.out / "done.txt").write_text(open(ctx.scratch / "starts").read())
+
+
+    counter = Rule(name = "counter", impl = _count, attrs = {}, resumable = True, execution = Execution.SUBPROCESS)
+    """
+
+
+def test_sigkilled_lease_holder_is_taken_over_and_resumed(make_workspace, gcs_bucket):
+    ws = make_workspace(
+        {"pkg/BUILD.marin": "counter(name = 'train')\n", "steprules.py": RESUMABLE_RULE},
+        config='rules = ["steprules"]\n',
+    )
+    store = f"gs://{gcs_bucket}/resume"
+    first = _builder(ws, store, "//pkg:train")
+    scratch_root = ws / ".marinbuild" / "stores"
+    deadline = time.monotonic() + 20
+    while not list(scratch_root.rglob("step")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    second = _builder(ws, store, "--json", "//pkg:train")
+    time.sleep(0.8)  # the second builder is now waiting for the lease
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=10)
+    out, err = second.communicate(timeout=CLI_TIMEOUT_S)
+    assert second.returncode == 0, err
+    assert "waiting for the lease" in err and "holds it" in err, err
+    assert statuses(json.loads(out)) == {"//pkg:train": "built"}
+    rc, where, err = run_cli(ws, "where", "//pkg:train", store=store)
+    starts = [int(line) for line in (Path(where.strip()) / "done.txt").read_text().splitlines()]
+    assert starts[0] == 0 and len(starts) == 2 and 0 < starts[1] < 20, f"resumed from its checkpoint: {starts}"
+
+
+def test_a_runner_whose_lease_is_taken_stops_its_action_and_does_not_publish(make_workspace, gcs_bucket, tmp_path):
+    ws = make_workspace({"pkg/BUILD.marin": "genrule(name = 'slow', outs = ['o.txt'], cmd = 'sleep 30; echo > $@')\n"})
+    store_url = f"gs://{gcs_bucket}/taken"
+    builder = _builder(ws, store_url, "--json", "//pkg:slow")
+    store = gcs_store(gcs_bucket, tmp_path, "taken")
+    deadline = time.monotonic() + 20
+    while not store.list("locks") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (lock,) = store.list("locks")
+    data, generation = store.read_versioned(lock)
+    store.write_if_generation(lock, json.dumps({**json.loads(data), "token": "thief", "user": "thief"}).encode(), generation)
+    started = time.monotonic()
+    out, err = builder.communicate(timeout=CLI_TIMEOUT_S)
+    assert time.monotonic() - started < 10, "the action was not stopped"
+    assert builder.returncode == 1
+    (target,) = json.loads(out)["targets"]
+    assert target["status"] == "failed" and "lost the lease" in target["reason"], target
+    assert store.list("ac") == []
+
+
+DAMAGEABLE = """\
+    genrule(name = "a", outs = ["a.txt", "b.txt"], cmd = "echo alpha > $(RULEDIR)/a.txt; echo beta > $(RULEDIR)/b.txt")
+    genrule(name = "c", srcs = [":a"], outs = ["c.txt"], cmd = "cat $(SRCS) > $@")
+    """
+
+
+@pytest.mark.parametrize("damage", ["flip", "delete"])
+def test_damaged_stored_output_is_never_served_and_is_rebuilt(make_workspace, gcs_bucket, fake_gcs_server, damage):
+    ws = make_workspace({"pkg/BUILD.marin": DAMAGEABLE})
+    store = f"gs://{gcs_bucket}/dmg"
+    first = build_json(ws, "//pkg:all", store=store)
+    fs = fake_gcs_server.fs()
+    target = first["by_label"]["//pkg:a"]["output"].removeprefix("gs://") + "/a.txt"
+    if damage == "flip":
+        fs.pipe_file(target, b"alphA\n")
+    else:
+        fs.rm(target)
+    again = build_json(ws, "//pkg:all", store=store)
+    assert statuses(again) == {"//pkg:a": "built", "//pkg:c": "cached"}
+    problem = "does not match its manifest" if damage == "flip" else "is missing"
+    assert problem in again["stderr"]
+    assert fs.cat_file(target) == b"alpha\n"
+    assert not bucket_problems(fs, f"{gcs_bucket}/dmg")
+
+
+BIG_OUTPUTS = "\n".join(
+    f"genrule(name = 'big{i}', outs = ['part' + str(j) + '.bin' for j in range(4)], "
+    f"cmd = 'for f in $(OUTS); do head -c 1500000 /dev/urandom > $$f; done')"
+    for i in range(3)
+) + "\n"
+
+
+def test_killed_uploads_never_leave_an_entry_pointing_at_partial_data(make_workspace, gcs_bucket, fake_gcs_server):
+    ws = make_workspace({"pkg/BUILD.marin": BIG_OUTPUTS})
+    store = f"gs://{gcs_bucket}/kill"
+    root = f"{gcs_bucket}/kill"
+    fs = fake_gcs_server.fs()
+    rng = random.Random(int(os.environ.get("MARINBUILD_CRASH_SEED", "1234")))
+    started = time.monotonic()
+    build_json(ws, "//pkg:all", store=store)
+    duration = time.monotonic() - started
+    killed = 0
+    for trial in range(20):
+        fs.invalidate_cache()
+        for path in fs.find(f"{root}/ac"):  # forget the results: every trial uploads again
+            fs.rm(path)
+        builder = _builder(ws, store, "//pkg:all")
+        time.sleep(rng.uniform(0.3, duration))
+        os.killpg(builder.pid, signal.SIGKILL)
+        killed += builder.wait(timeout=CLI_TIMEOUT_S) == -signal.SIGKILL
+        assert not bucket_problems(fs, root), f"trial {trial}"
+    assert killed >= 10, f"only {killed} of 20 builds were killed before they finished"
+    final = build_json(ws, "//pkg:all", store=store)
+    assert set(statuses(final).values()) <= {"built", "cached"}
+    assert not bucket_problems(fs, root)
+
+
+def test_a_copied_store_still_hits(make_workspace, gcs_bucket, fake_gcs_server, tmp_path):
+    """Keys hold no location: the store copied to another bucket, or to a local directory, hits."""
+    ws = make_workspace({"exp/BUILD.marin": PIPELINE})
+    build_json(ws, "//exp:all", store=f"gs://{gcs_bucket}/orig")
+    fs = fake_gcs_server.fs()
+    other = fake_gcs_server.new_bucket()
+    fs.copy(f"{gcs_bucket}/orig", f"{other}/copy", recursive=True)
+    fs.get(f"{gcs_bucket}/orig", str(tmp_path / "local-copy"), recursive=True)
+    for store in (f"gs://{other}/copy", str(tmp_path / "local-copy")):
+        fresh = make_workspace({"exp/BUILD.marin": PIPELINE})
+        hit = build_json(fresh, "//exp:all", store=store)
+        assert set(statuses(hit).values()) == {"cached"}, (store, hit["stderr"])
+
+
+# -- an unusable store ------------------------------------------------------------------------
+
+
+class _Forbidden(BaseHTTPRequestHandler):
+    def _deny(self) -> None:
+        body = json.dumps({"error": {"code": 403, "message": "caller does not have storage.objects.get access"}}).encode()
+        self.send_response(403)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _deny
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("failure", ["unreachable", "forbidden"])
+def test_unusable_store_is_a_clear_error_and_loses_no_local_state(make_workspace, monkeypatch, failure):
+    ws = make_workspace({"pkg/BUILD.marin": "genrule(name = 'x', outs = ['x.txt'], cmd = 'echo x > $@')\n"})
+    build_json(ws, "//pkg:x")  # local state: a local store, stat and package caches
+    before = {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()}
+    server = None
+    if failure == "forbidden":
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Forbidden)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_port}")
+    else:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # discard port: nothing listens
+    try:
+        started = time.monotonic()
+        rc, out, err = run_cli(ws, "build", "//pkg:x", store="gs://team-bucket/mb")
+    finally:
+        if server is not None:
+            server.shutdown()
+    assert rc == 2, err
+    assert "gs://team-bucket/mb" in err and "hint:" in err and "Traceback" not in err
+    assert ("unreachable" if failure == "unreachable" else "Forbidden") in err
+    assert time.monotonic() - started < 20
+    # Every local file is still there (the caches may have learnt more), the local store unchanged.
+    assert all(path.is_file() for path in before)
+    assert all(path.read_bytes() == data for path, data in before.items() if ".marinbuild" not in path.parts)
+
+
+def test_a_store_without_preconditions_refuses_to_build_unless_told(make_workspace, tmp_path):
+    ws = make_workspace({"pkg/BUILD.marin": "genrule(name = 'x', outs = ['x.txt'], cmd = 'echo x > $@')\n"})
+    rc, out, err = run_cli(ws, "build", "//pkg:x", store="memory://mb")
+    assert rc == 2 and "memory://mb cannot hold leases" in err and "--unsafe-no-locking" in err, err
+    rc, out, err = run_cli(ws, "--unsafe-no-locking", "build", "//pkg:x", store="memory://mb")
+    assert rc == 0, err
+    with pytest.raises(StoreError, match="unsupported store URL"):
+        open_store("nosuchscheme://x", tmp_path)
