@@ -112,16 +112,33 @@ class Session:
         }
         self.store.write_bytes(layout.invocation(invocation_id), canonical_json(record).encode())
 
+    def _dry_run(self, graph: Graph) -> BuildResult:
+        options = BuildOptions(jobs=1, dry_run=True)
+        return Scheduler(graph, self.cache, stores.store_salt(self.store), options, NullReporter(), self.workspace.root).run()
+
+    def workspace_keys(self) -> set[str]:
+        """The current key of every rule target of the workspace, `manual` ones included
+        (what `cache gc` keeps). A target downstream of a missing output has no key yet."""
+        packages = self.workspace.find_packages("", self._skip_dirs())
+        labels = [str(target.label) for package in packages for target in self.loader.package(package).targets.values()]
+        return self._current_keys(build_graph(self.loader, labels)) if labels else set()
+
+    def pattern_keys(self, patterns: Sequence[str]) -> set[str]:
+        """The current keys of the targets the patterns name (not of their dependencies)."""
+        graph = self.plan(patterns)
+        return self._current_keys(graph, graph.requested)
+
+    def _current_keys(self, graph: Graph, labels: Sequence[str] | None = None) -> set[str]:
+        results = self._dry_run(graph).results
+        return {results[label].key for label in (labels or results) if results[label].key is not None}
+
     def where(self, pattern: str) -> Path:
         """The output directory of a built target whose recipe is current."""
         graph = self.plan([pattern])
         if len(graph.requested) != 1:
             raise GraphError(f"'{pattern}' names {len(graph.requested)} targets; 'where' takes one label")
         label = graph.requested[0]
-        salt = stores.store_salt(self.store)
-        options = BuildOptions(jobs=1, dry_run=True)
-        result = Scheduler(graph, self.cache, salt, options, NullReporter(), self.workspace.root).run()
-        target = result.results[label]
+        target = self._dry_run(graph).results[label]
         if target.status is not Status.CACHED:
             raise GraphError(f"{label} is not built ({target.reason})", hint=f"run 'marinbuild build {label}'")
         outputs = self.cache.lookup(target.key).outputs

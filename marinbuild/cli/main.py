@@ -21,6 +21,7 @@ from marinbuild.actions.results import Reporter
 from marinbuild.cli.progress import PlainReporter
 from marinbuild.errors import MarinbuildError
 from marinbuild.session import Session
+from marinbuild.store import maintenance
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -146,6 +147,66 @@ def build(ctx: click.Context, patterns: tuple[str, ...], jobs: int | None, keep_
 def where(ctx: click.Context, label: str) -> None:
     """Print the output directory of a built target."""
     click.echo(_session(ctx).where(label))
+
+
+@cli.group()
+def cache() -> None:
+    """Look after the store: verify, collect garbage, count."""
+
+
+@cache.command("verify")
+@click.argument("patterns", nargs=-1)
+@click.pass_context
+@_handles_errors
+def cache_verify(ctx: click.Context, patterns: tuple[str, ...]) -> None:
+    """Re-hash the outputs of PATTERNS' entries (default: every entry) and report every mismatch."""
+    session = _session(ctx)
+    keys = sorted(session.pattern_keys(patterns)) if patterns else maintenance.entry_keys(session.store)
+    mismatches = maintenance.verify(session.cache, keys)
+    for mismatch in mismatches:
+        click.echo(f"MISMATCH {mismatch.label} ({mismatch.key[:12]}): {mismatch.problem}")
+    click.echo(f"verified {len(keys)} entries of {session.store.url}: {len(mismatches)} mismatches")
+    sys.exit(EXIT_FAILED if mismatches else 0)
+
+
+@cache.command("gc")
+@click.option("--dry-run", "-n", is_flag=True, help="Report what would be removed, bytes per experiment; remove nothing.")
+@click.option("--grace", default="7d", show_default=True, metavar="AGE", help="Keep what was used more recently than this (e.g. 0s, 30m, 24h, 7d).")
+@click.pass_context
+@_handles_errors
+def cache_gc(ctx: click.Context, dry_run: bool, grace: str) -> None:
+    """Remove what no target of the workspace, pin, recent invocation or held lease uses."""
+    session = _session(ctx)
+    report = maintenance.collect_garbage(session.cache, session.workspace_keys(), _duration_s(grace), dry_run)
+    for experiment, size in sorted(report.bytes_by_experiment.items()):
+        click.echo(f"  {experiment}: {size:,} bytes")
+    verb = "would remove" if dry_run else "removed"
+    click.echo(
+        f"{verb} {len(report.removed)} keys, {sum(report.removed.values()):,} bytes from {session.store.url}"
+        f" (kept {report.kept_young} younger than {grace}, {report.kept_held} with a held lease)"
+    )
+
+
+@cache.command("stats")
+@click.pass_context
+@_handles_errors
+def cache_stats(ctx: click.Context) -> None:
+    """Count the store's keys, entries, objects and bytes."""
+    session = _session(ctx)
+    found = maintenance.stats(session.store)
+    click.echo(f"{session.store.url}: {found.keys} keys, {found.entries} entries, {found.leases_held} leases held")
+    for area in sorted(found.objects_by_area):
+        click.echo(f"  {area}/: {found.objects_by_area[area]} objects, {found.bytes_by_area[area]:,} bytes")
+
+
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration_s(text: str) -> float:
+    try:
+        return float(text[:-1]) * _UNITS_S[text[-1]]
+    except (KeyError, ValueError, IndexError):
+        raise click.BadParameter(f"'{text}' is not a duration like 0s, 30m, 24h or 7d", param_hint="--grace") from None
 
 
 def _reporter(live: bool) -> Reporter:

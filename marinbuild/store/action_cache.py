@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from marinbuild.store import layout
 from marinbuild.store.base import Store
 from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.remote import RemoteStore
-from marinbuild.hashing import StatCache, canonical_json
+from marinbuild.hashing import StatCache, canonical_json, digest_file
 from marinbuild.memo import Memo
 from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
 
@@ -151,7 +152,7 @@ class ActionCache:
             tree_digest, files, checksums = remembered[1], remembered[2], remembered[3]
             manifest = Manifest(tuple(FileEntry(*item) for item in files))
         else:
-            parsed = self._read_entry(path)
+            parsed = self.read_entry(key)
             if isinstance(parsed, str):
                 return Lookup(None, parsed)
             tree_digest, manifest, checksums = parsed.tree_digest, parsed.manifest, parsed.checksums
@@ -164,8 +165,9 @@ class ActionCache:
             problem = self.verify(manifest, directory)
         return Lookup(None, problem) if problem else Lookup(Outputs(key, tree_digest, manifest, directory))
 
-    def _read_entry(self, path: str) -> CacheEntry | str:
-        """The entry at `path`, or what is wrong with it."""
+    def read_entry(self, key: str) -> CacheEntry | str:
+        """The entry of `key`, or what is wrong with it."""
+        path = layout.entry(key)
         data = self.store.read_bytes(path)
         if data is None:
             return f"action-cache entry {path} vanished while being read"
@@ -189,6 +191,31 @@ class ActionCache:
             if size != item.size or digest != item.digest:
                 return f"output file {item.path} does not match its manifest (corrupt)"
         return None
+
+    def recheck(self, key: str) -> tuple[CacheEntry | str, list[str]]:
+        """Re-hash every output file of `key`'s entry (no memo, no stat cache, no checksum
+        shortcut; downloads from a remote store) and report every problem, not the first."""
+        entry = self.read_entry(key)
+        if isinstance(entry, str):
+            return entry, [entry]
+        with tempfile.TemporaryDirectory(prefix="marinbuild-verify-") as temporary:
+            if isinstance(self.store, RemoteStore):
+                files = {item.path: Path(temporary, str(index)) for index, item in enumerate(entry.manifest.files)}
+                present = self.store.stat_tree(layout.output(key))
+                self.store.get_files({f"{layout.output(key)}/{path}": local for path, local in files.items() if path in present})
+            else:
+                root = self.store.local_path(layout.output(key))
+                files = {item.path: root / item.path for item in entry.manifest.files}
+            problems = []
+            for item in entry.manifest.files:
+                try:
+                    digest = digest_file(files[item.path])
+                except FileNotFoundError:
+                    problems.append(f"output file {item.path} is missing from the store")
+                    continue
+                if digest != item.digest:
+                    problems.append(f"output file {item.path} does not match its manifest (corrupt)")
+        return entry, problems
 
     def verify_stored(self, key: str, manifest: Manifest, checksums: dict[str, str]) -> str | None:
         """Check a remote entry's outputs with one listing: every file present, of its size,

@@ -108,6 +108,10 @@ class Store(abc.ABC):
         """Where `path` is, for people and for steps that read it directly (a path or a URL)."""
 
     @abc.abstractmethod
+    def lease_holder(self, name: str) -> str | None:
+        """Who holds the lease `name` right now, or None (`cache gc` spares held keys)."""
+
+    @abc.abstractmethod
     def lease(self, name: str, waiting: WaitingFn | None = None) -> contextlib.AbstractContextManager[Lease]:
         """Exclusive ownership of `name` among all builders sharing this store (blocks).
 

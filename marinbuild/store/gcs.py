@@ -30,7 +30,7 @@ from urllib.parse import quote, urlsplit
 
 from marinbuild.errors import StoreError
 from marinbuild.store.base import Lease, WaitingFn
-from marinbuild.store.lease_object import LeaseSettings, held_lease
+from marinbuild.store.lease_object import LeaseSettings, current_holder, held_lease
 from marinbuild.store.remote import RemoteStore, backend_errors
 
 _PUBLIC_ENDPOINT = "https://storage.googleapis.com"
@@ -165,6 +165,10 @@ class GCSStore(RemoteStore):
         except FileNotFoundError:
             raise StoreError(f"store {self.url}: bucket {self.bucket} does not exist", hint=f"create it: gcloud storage buckets create gs://{self.bucket}") from None
         return True
+
+    def lease_holder(self, name: str) -> str | None:
+        holder = current_holder(self, name)
+        return None if holder is None else holder.describe()
 
     @contextmanager
     def lease(self, name: str, waiting: WaitingFn | None = None) -> Iterator[Lease]:

@@ -10,6 +10,7 @@ hex digits of the key so that no directory (or GCS prefix) grows huge or hot.
     invocations/<id>.json               one record per build command
     scratch/<kk>/<key>/                 stable per-key scratch for resumable rules
     locks/<kk>/<key>.lock               leases: one runner per key at a time
+    pins/<key>                          keys `cache gc` keeps whatever the workspace says
     tmp/<id>/                           staging of running attempts (never read as output)
     quarantine/<key>.<id>.json          entries found corrupt, moved aside before a rebuild
 """
@@ -31,12 +32,16 @@ def output(key: str) -> str:
     return f"out/{_shard(key)}"
 
 
+def attempts(key: str) -> str:
+    return f"attempts/{_shard(key)}"
+
+
 def attempt_record(key: str, attempt_id: str) -> str:
-    return f"attempts/{_shard(key)}/{attempt_id}.json"
+    return f"{attempts(key)}/{attempt_id}.json"
 
 
 def attempt_log(key: str, attempt_id: str) -> str:
-    return f"attempts/{_shard(key)}/{attempt_id}.log"
+    return f"{attempts(key)}/{attempt_id}.log"
 
 
 def invocation(invocation_id: str) -> str:
@@ -49,6 +54,22 @@ def scratch(key: str) -> str:
 
 def lock(key: str) -> str:
     return f"locks/{_shard(key)}.lock"
+
+
+def pin(key: str) -> str:
+    return f"pins/{key}"
+
+
+# The areas that belong to one key, as `cache gc` sweeps them.
+KEYED_AREAS = ("ac", "out", "attempts", "scratch", "locks")
+
+
+def key_of(path: str) -> str | None:
+    """The key a stored path belongs to (`ac/ab/<key>.json`, `out/ab/<key>/...`), if any."""
+    parts = path.split("/", 3)
+    if len(parts) < 3 or parts[0] not in KEYED_AREAS:
+        return None
+    return parts[2].split(".", 1)[0]
 
 
 def staging(attempt_id: str) -> str:

@@ -93,6 +93,13 @@ def _me(token: str, ttl_s: float) -> Holder:
     return Holder(getpass.getuser(), socket.gethostname(), os.getpid(), token, time.time() + ttl_s)
 
 
+def current_holder(objects: VersionedObjects, name: str) -> Holder | None:
+    """The holder of an unexpired lease, if any."""
+    current = objects.read_versioned(name)
+    holder = None if current is None else Holder.parse(current[0])
+    return holder if holder is not None and holder.expires >= time.time() else None
+
+
 def _acquire(objects: VersionedObjects, name: str, token: str, settings: LeaseSettings, waiting: WaitingFn | None) -> int:
     """Block until this builder holds the lease; its generation."""
     shown: str | None = None

@@ -126,6 +126,18 @@ class LocalStore(Store):
     def location(self, path: str) -> str:
         return self._prefix + path
 
+    def lease_holder(self, name: str) -> str | None:
+        path = self._path(name)
+        if not path.exists():
+            return None
+        with open(path, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return "a builder on this machine"
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
     @contextlib.contextmanager
     def lease(self, name: str, waiting: WaitingFn | None = None) -> Iterator[Lease]:
         """A `flock`: the kernel wakes the next waiter, so there is nobody to show while waiting."""

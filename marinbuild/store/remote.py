@@ -183,6 +183,9 @@ class RemoteStore(Store):
     def location(self, path: str) -> str:
         return f"{self.url}/{path}"
 
+    def lease_holder(self, name: str) -> str | None:
+        return None  # there are no leases here
+
     @contextlib.contextmanager
     def lease(self, name: str, waiting: WaitingFn | None = None) -> Iterator[Lease]:
         """No exclusion at all: building on such a store needs `--unsafe-no-locking`."""

@@ -1,0 +1,146 @@
+"""Looking after a store: re-verify entries, collect garbage, count what is there.
+
+Garbage collection works per key (its entry, outputs, attempts and scratch) and is
+conservative: a key is kept if the workspace's current recipes produce it, if it is
+pinned (`pins/<key>`), if an invocation younger than the grace period built or used
+it, or if its lease is held right now; otherwise it is swept once its newest activity
+(the entry's publication, else its newest attempt) is older than the grace period.
+The entry is deleted first, so that at no moment does an entry point at missing files.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from marinbuild.store import layout
+from marinbuild.store.action_cache import ActionCache, CacheEntry
+from marinbuild.store.base import ObjectStat, Store
+
+_ATTEMPT_TIME = "%Y%m%dT%H%M%SZ"  # the prefix of attempt and invocation ids
+_ENTRY_TIME = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    key: str
+    label: str
+    problem: str
+
+
+@dataclass
+class GcReport:
+    removed: dict[str, int] = field(default_factory=dict)  # key -> bytes
+    bytes_by_experiment: Counter[str] = field(default_factory=Counter)
+    kept_held: int = 0
+    kept_young: int = 0
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    keys: int
+    entries: int
+    objects_by_area: dict[str, int]
+    bytes_by_area: dict[str, int]
+    leases_held: int
+
+
+def _parse_time(text: str, form: str) -> float | None:
+    try:
+        return float(calendar.timegm(time.strptime(text, form)))
+    except ValueError:
+        return None
+
+
+def _by_key(objects: dict[str, ObjectStat]) -> dict[str, dict[str, ObjectStat]]:
+    grouped: dict[str, dict[str, ObjectStat]] = defaultdict(dict)
+    for path, stat in objects.items():
+        key = layout.key_of(path)
+        if key is not None:
+            grouped[key][path] = stat
+    return grouped
+
+
+def verify(cache: ActionCache, keys: Iterable[str]) -> list[Mismatch]:
+    """Re-hash every file of every entry of `keys` (downloading from a remote store)."""
+    found = []
+    for key in keys:
+        entry, problems = cache.recheck(key)
+        label = entry.label if isinstance(entry, CacheEntry) else "?"
+        found.extend(Mismatch(key, label, problem) for problem in problems)
+    return found
+
+
+def entry_keys(store: Store) -> list[str]:
+    return sorted(key for path in store.list("ac") if (key := layout.key_of(path)) is not None)
+
+
+def _recent_invocation_keys(store: Store, since: float) -> set[str]:
+    keys: set[str] = set()
+    for path in store.list("invocations"):
+        started = _parse_time(path.removeprefix("invocations/")[:16], _ATTEMPT_TIME)
+        if started is not None and started < since:
+            continue
+        data = store.read_bytes(path)
+        try:
+            record = json.loads(data) if data is not None else {}
+        except ValueError:
+            continue
+        keys.update(target["key"] for target in record.get("targets", []) if target.get("key"))
+    return keys
+
+
+def _last_activity(cache: ActionCache, key: str, paths: Iterable[str]) -> tuple[float | None, str]:
+    """When the key was last published or attempted, and its experiment (package)."""
+    entry = cache.read_entry(key)
+    if isinstance(entry, CacheEntry):
+        experiment = entry.label.partition(":")[0]  # the package: `//exp/tutorial`
+        return _parse_time(str(entry.provenance.get("finished", "")), _ENTRY_TIME), experiment
+    attempts = [path.rsplit("/", 1)[1][:16] for path in paths if path.startswith("attempts/")]
+    times = [t for t in (_parse_time(stamp, _ATTEMPT_TIME) for stamp in attempts) if t is not None]
+    return (max(times) if times else None), "(no entry)"
+
+
+def collect_garbage(cache: ActionCache, live: set[str], grace_s: float, dry_run: bool) -> GcReport:
+    store = cache.store
+    now = time.time()
+    objects = _by_key(store.stat_tree(""))
+    keep = live | {path.removeprefix("pins/") for path in store.list("pins")}
+    keep |= _recent_invocation_keys(store, now - grace_s)
+    report = GcReport()
+    for key, paths in sorted(objects.items()):
+        if key in keep:
+            continue
+        if store.lease_holder(layout.lock(key)) is not None:
+            report.kept_held += 1
+            continue
+        last, experiment = _last_activity(cache, key, paths)
+        if last is not None and last > now - grace_s:
+            report.kept_young += 1
+            continue
+        size = sum(stat.size for stat in paths.values())
+        report.removed[key] = size
+        report.bytes_by_experiment[experiment] += size
+        if not dry_run:
+            store.delete(layout.entry(key))  # first: no entry ever points at missing files
+            for area in (layout.output(key), layout.attempts(key), layout.scratch(key)):
+                store.delete(area)
+    return report
+
+
+def stats(store: Store) -> StoreStats:
+    objects = store.stat_tree("")
+    by_area: Counter[str] = Counter()
+    bytes_by_area: Counter[str] = Counter()
+    for path, stat in objects.items():
+        area = path.split("/", 1)[0]
+        by_area[area] += 1
+        bytes_by_area[area] += stat.size
+    keys = _by_key(objects)
+    entries = sum(1 for path in objects if path.startswith("ac/"))
+    held = sum(1 for path in objects if path.startswith("locks/") and store.lease_holder(path) is not None)
+    return StoreStats(len(keys), entries, dict(by_area), dict(bytes_by_area), held)

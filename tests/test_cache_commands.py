@@ -1,0 +1,89 @@
+"""`marinbuild cache verify | gc | stats`, on a local store and on a GCS store."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import build_json, keys, run_cli, statuses, write_files
+from marinbuild.store import layout, open_store
+
+BUILD = """\
+    genrule(name = "a", outs = ["a.txt", "b.txt"], cmd = "echo {a} > $(RULEDIR)/a.txt; echo beta > $(RULEDIR)/b.txt")
+    genrule(name = "c", srcs = [":a"], outs = ["c.txt"], cmd = "cat $(SRCS) > $@")
+    genrule(name = "kept", outs = ["k.txt"], cmd = "echo {kept} > $@", tags = ["manual"])
+    """
+
+
+@pytest.fixture(params=["local", "gcs"])
+def store_url(request, tmp_path) -> str:
+    if request.param == "local":
+        return str(tmp_path / "store")
+    bucket = request.getfixturevalue("gcs_bucket")
+    return f"gs://{bucket}/cache"
+
+
+def _store(url: str, tmp_path):
+    return open_store(url, tmp_path / "local")
+
+
+def test_verify_reports_every_mismatch(make_workspace, store_url, tmp_path):
+    ws = make_workspace({"pkg/BUILD.marin": BUILD.format(a="alpha", kept="k")})
+    built = build_json(ws, "//pkg:all", store=store_url)
+    rc, out, err = run_cli(ws, "cache", "verify", store=store_url)
+    assert rc == 0 and "verified 2 entries" in out and "0 mismatches" in out, out + err
+
+    store = _store(store_url, tmp_path)
+    key = keys(built)["//pkg:a"]
+    store.write_bytes(f"{layout.output(key)}/a.txt", b"alphA\n")  # a flipped byte, same size
+    store.delete(f"{layout.output(key)}/b.txt")
+    rc, out, err = run_cli(ws, "cache", "verify", store=store_url)
+    assert rc == 1, out + err
+    assert "MISMATCH //pkg:a" in out and "a.txt does not match" in out and "b.txt is missing" in out
+    assert "2 mismatches" in out
+    rc, out, err = run_cli(ws, "cache", "verify", "//pkg:a", store=store_url)
+    assert rc == 1 and "verified 1 entries" in out and "2 mismatches" in out, out + err
+
+    again = build_json(ws, "//pkg:all", store=store_url)
+    assert statuses(again)["//pkg:a"] == "built"
+    rc, out, err = run_cli(ws, "cache", "verify", store=store_url)
+    assert rc == 0, out + err
+
+
+def test_gc_removes_exactly_the_dead_entries(make_workspace, store_url, tmp_path):
+    ws = make_workspace({"pkg/BUILD.marin": BUILD.format(a="one", kept="k1")})
+    old = build_json(ws, "//pkg:all", "//pkg:kept", store=store_url)
+    pinned_ws = make_workspace({"pkg/BUILD.marin": BUILD.format(a="pinned", kept="k1")})
+    pinned = keys(build_json(pinned_ws, "//pkg:a", store=store_url))["//pkg:a"]
+    store = _store(store_url, tmp_path)
+    store.write_bytes(layout.pin(pinned), b"kept for the paper\n")
+    write_files(ws, {"pkg/BUILD.marin": BUILD.format(a="two", kept="k1")})
+    new = build_json(ws, "//pkg:all", store=store_url)
+    dead = {keys(old)["//pkg:a"], keys(old)["//pkg:c"]}
+    live = set(keys(new).values()) | {keys(old)["//pkg:kept"], pinned}
+    assert not dead & live
+
+    rc, out, err = run_cli(ws, "cache", "gc", "--dry-run", store=store_url)
+    assert rc == 0 and "would remove 0 keys" in out, out + err  # everything is younger than 7 days
+
+    before = store.list("")
+    rc, out, err = run_cli(ws, "cache", "gc", "--dry-run", "--grace", "0s", store=store_url)
+    assert rc == 0, err
+    assert "would remove 2 keys" in out and "//pkg:" in out, out
+    assert store.list("") == before
+
+    rc, out, err = run_cli(ws, "cache", "gc", "--grace", "0s", store=store_url)
+    assert rc == 0 and "removed 2 keys" in out, out + err
+    # Lock files stay: deleting one that a builder is about to lock would let two hold it.
+    remaining = {layout.key_of(path) for path in store.list("") if not path.startswith("locks/")} - {None}
+    assert not remaining & dead
+    assert live <= remaining
+    assert set(statuses(build_json(ws, "//pkg:all", "//pkg:kept", store=store_url)).values()) == {"cached"}
+
+    rc, out, err = run_cli(ws, "cache", "stats", store=store_url)
+    assert rc == 0 and "4 entries" in out and "ac/" in out, out + err
+
+
+def test_gc_grace_is_a_duration(make_workspace, tmp_path):
+    ws = make_workspace({"pkg/BUILD.marin": BUILD.format(a="x", kept="y")})
+    rc, out, err = run_cli(ws, "cache", "gc", "--grace", "soon")
+    assert rc == 2 and "not a duration" in err
