@@ -1,4 +1,4 @@
-"""The small set of exceptions marinbuild raises for bad input.
+"""The small set of exceptions marinbuild raises for bad input, and the hint they share.
 
 Every user-facing error is one of these. They carry an optional source location and a
 hint, and are caught exactly once, at the CLI edge, which prints `file:line: message`
@@ -8,6 +8,8 @@ and exits with status 2. A failing build step is *not* an exception: it is a res
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -55,3 +57,23 @@ class GraphError(MarinbuildError):
 
 class StoreError(MarinbuildError):
     """The store cannot be opened or used."""
+
+
+class QueryError(MarinbuildError):
+    """A query expression that does not parse, or names what does not exist.
+
+    The message shows the expression with a caret under `column` (1-based): queries are
+    typed on one line, and a column is the quickest way back to the typo.
+    """
+
+    def __init__(self, message: str, *, expression: str, column: int, hint: str | None = None):
+        caret = " " * (column - 1) + "^"
+        super().__init__(f"{message} (column {column} of the query)\n    {expression}\n    {caret}", hint=hint)
+        self.reason = message
+        self.column = column
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str | None:
+    """A hint naming the closest of `names` to a misspelt `name`, if any is close."""
+    close = difflib.get_close_matches(name, list(names), n=3)
+    return f"did you mean {', '.join(repr(c) for c in close)}?" if close else None

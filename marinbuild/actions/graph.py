@@ -7,12 +7,11 @@ file, and cycles are reported with the whole cycle and where each step is declar
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from marinbuild.errors import GraphError, LabelError, Location
+from marinbuild.errors import GraphError, LabelError, Location, did_you_mean
 from marinbuild.labels import Label, PatternKind, TargetPattern, parse_label
 from marinbuild.packages import BUILD_FILE, PackageLoader
 from marinbuild.targets.rule import Target
@@ -64,31 +63,36 @@ def expand_patterns(loader: PackageLoader, patterns: Sequence[TargetPattern], sk
 
 
 def _expand(loader: PackageLoader, pattern: TargetPattern, skip: tuple[Path, ...]) -> list[str]:
+    packages = pattern_packages(loader, pattern, skip)  # raises if the package does not exist
+    if pattern.kind is PatternKind.TARGET:
+        package = loader.package(pattern.package)
+        if pattern.name not in package.targets:
+            raise GraphError(f"no target '{pattern.name}' in package //{pattern.package}", hint=did_you_mean(pattern.name, package.targets))
+        return [str(pattern.label)]
+    return [
+        str(target.label)
+        for package in packages
+        for target in loader.package(package).targets.values()
+        if MANUAL not in target.tags
+    ]
+
+
+def pattern_packages(loader: PackageLoader, pattern: TargetPattern, skip: tuple[Path, ...] = ()) -> list[str]:
+    """The packages a pattern names: its own, or every one below a recursive pattern's root.
+
+    A package or directory that does not exist is an error, not an empty match: it is
+    almost always a typo.
+    """
     if pattern.kind is PatternKind.RECURSIVE:
         if not loader.workspace.package_dir(pattern.package).is_dir():
             raise GraphError(f"'{pattern.text}': directory '{pattern.package}' does not exist")
-        packages = loader.workspace.find_packages(pattern.package, skip)
-        return [label for package in packages for label in _wildcard(loader, package)]
+        return loader.workspace.find_packages(pattern.package, skip)
     if not loader.has_package(pattern.package):
         raise GraphError(
             f"'{pattern.text}': no package '//{pattern.package}'",
             hint=f"a package is a directory with a {BUILD_FILE} file",
         )
-    if pattern.kind is PatternKind.PACKAGE:
-        return _wildcard(loader, pattern.package)
-    package = loader.package(pattern.package)
-    if pattern.name not in package.targets:
-        raise GraphError(f"no target '{pattern.name}' in package //{pattern.package}", hint=_did_you_mean(pattern.name, package.targets))
-    return [str(pattern.label)]
-
-
-def _wildcard(loader: PackageLoader, package: str) -> list[str]:
-    return [str(target.label) for target in loader.package(package).targets.values() if MANUAL not in target.tags]
-
-
-def _did_you_mean(name: str, names: Iterable[str]) -> str | None:
-    close = difflib.get_close_matches(name, list(names), n=3)
-    return f"did you mean {', '.join(repr(c) for c in close)}?" if close else None
+    return [pattern.package]
 
 
 def build_graph(loader: PackageLoader, requested: list[str]) -> Graph:
@@ -106,7 +110,7 @@ def _add(loader: PackageLoader, graph: Graph, label: str, referrer: Target | Non
         current, by = stack.pop()
         if current in graph.targets or current in graph.sources:
             continue
-        node = _resolve(loader, current, by)
+        node = resolve(loader, current, by)
         if isinstance(node, SourceFile):
             graph.sources[current] = node
             continue
@@ -115,7 +119,8 @@ def _add(loader: PackageLoader, graph: Graph, label: str, referrer: Target | Non
         stack.extend((dep, node) for dep in reversed(graph.deps[current]))
 
 
-def _resolve(loader: PackageLoader, text: str, referrer: Target | None) -> Target | SourceFile:
+def resolve(loader: PackageLoader, text: str, referrer: Target | None = None) -> Target | SourceFile:
+    """The rule target or source file a label names; `referrer` is who mentions it, for errors."""
     where = referrer.location if referrer else None
     user = f"{referrer.label} depends on '{text}'" if referrer else f"'{text}'"
     try:
@@ -134,7 +139,7 @@ def _resolve(loader: PackageLoader, text: str, referrer: Target | None) -> Targe
     raise GraphError(
         f"{user}, which is neither a target of //{label.package} nor a file in it",
         location=where,
-        hint=_did_you_mean(label.name, package.targets),
+        hint=did_you_mean(label.name, package.targets),
     )
 
 

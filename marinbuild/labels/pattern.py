@@ -14,6 +14,7 @@ from marinbuild.errors import LabelError
 from marinbuild.labels.label import Label, check_name, check_package
 
 _ALL_NAMES = ("all", "*", "all-targets")
+_FILE_WILDCARDS = ("*", "all-targets")
 
 
 class PatternKind(enum.Enum):
@@ -29,6 +30,9 @@ class TargetPattern:
     name: str | None = None
     negative: bool = False
     text: str = ""
+    # `:*` and `:all-targets` also name the package's source files. Builds ignore that
+    # (files need no building); query, like Bazel's, lists them.
+    files: bool = False
 
     @property
     def label(self) -> Label:
@@ -58,10 +62,10 @@ def parse_pattern(text: str, cwd_package: str = "") -> TargetPattern:
         root = package_part[: -len("...")].rstrip("/")
         if sep and name not in _ALL_NAMES:
             raise LabelError(f"'{original}': a recursive pattern can only be followed by ':all'")
-        return TargetPattern(PatternKind.RECURSIVE, check_package(root, original), None, negative, original)
+        return TargetPattern(PatternKind.RECURSIVE, check_package(root, original), None, negative, original, name in _FILE_WILDCARDS)
     check_package(package_part, original)
     if sep and name in _ALL_NAMES:
-        return TargetPattern(PatternKind.PACKAGE, package_part, None, negative, original)
+        return TargetPattern(PatternKind.PACKAGE, package_part, None, negative, original, name in _FILE_WILDCARDS)
     if not sep:
         if package_part == "":
             raise LabelError(f"'{original}' names no target", hint="write '//:name', '//:all' or '//...'")

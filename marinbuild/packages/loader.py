@@ -55,6 +55,9 @@ class Package:
     name: str
     build_file: Path
     targets: dict[str, Target] = field(default_factory=dict)
+    # Workspace-relative paths of the files evaluating it read: the BUILD file and every
+    # .star file it loaded, transitively (what `buildfiles()` in a query reports).
+    reads: tuple[str, ...] = ()
 
 
 def _first_frame(stack: str) -> Location:
@@ -154,7 +157,7 @@ class PackageLoader:
         record = self.cache.get(name, lambda include, exclude: glob_files(root, include, exclude))
         if record is None:
             return None
-        package = Package(name, root / BUILD_FILE)
+        package = Package(name, root / BUILD_FILE, reads=tuple(record.files))
         for target_name, rule_name, attrs, file, line in record.targets:
             rule = self.rules[rule_name]
             package.targets[target_name] = Target(Label(name, target_name), rule, attrs, Location(file, line))
@@ -222,6 +225,7 @@ class PackageLoader:
             reads = self._evaluate(display, build_file.read_text(), module)
         finally:
             self._current = previous
+        package.reads = tuple(sorted(reads))
         self._record(package, reads)
         return package
 
