@@ -230,6 +230,17 @@ class ActionCache:
                 return f"output file {item.path} does not match its manifest (corrupt)"
         return None
 
+    def last_attempt(self, key: str) -> dict[str, Any] | None:
+        """The record of the newest attempt at `key` (attempt ids sort by time), if any."""
+        records = [path for path in self.store.list(layout.attempts(key)) if path.endswith(".json")]
+        if not records:
+            return None
+        data = self.store.read_bytes(max(records))
+        try:
+            return json.loads(data) if data is not None else None
+        except ValueError:
+            return None
+
     # -- running and publishing ----------------------------------------------------------
 
     def start_attempt(self, key: str, label: str, info: dict[str, Any]) -> Attempt:
