@@ -9,11 +9,14 @@ as in Bazel:
              the built-in rules (genrule, filegroup, py_step)
     actions  the graph of a build, action keys, and the scheduler that runs stale steps
     store    where outputs, create-only action-cache entries, attempts and logs live
+    query    Bazel's query language over the target graph, and functions that ask
+             the store what a build would do
     cli      the `marinbuild` command and its progress display
 
 Imports only point down this list's dependencies (labels <- targets <- packages;
-store stands alone; actions uses them all), plus three shared modules: `errors` (the
-exception types), `hashing` (BLAKE3, canonical JSON, the stat cache) and `memo`
+store stands alone; actions uses them all; query uses packages and actions, and reaches
+the store only through the session's dry run), plus three shared modules: `errors`
+(the exception types), `hashing` (BLAKE3, canonical JSON, the stat cache) and `memo`
 (machine-local memos). `session` wires the stages together for one command.
 """
 

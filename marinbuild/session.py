@@ -27,6 +27,7 @@ from marinbuild.store import ActionCache, layout
 from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.action_cache import ENTRY_FORMAT, new_attempt_id
 from marinbuild.packages.rule_modules import workspace_rules
+from marinbuild.query import QueryResult, Universe, run_query
 
 
 @dataclass
@@ -112,9 +113,26 @@ class Session:
         }
         self.store.write_bytes(layout.invocation(invocation_id), canonical_json(record).encode())
 
+    def dry_run(self, labels: Sequence[str]) -> BuildResult:
+        """What building these rule targets would do; reads the store, writes nothing to it."""
+        return self._dry_run(build_graph(self.loader, list(labels)))
+
     def _dry_run(self, graph: Graph) -> BuildResult:
         options = BuildOptions(jobs=1, dry_run=True)
         return Scheduler(graph, self.cache, stores.store_salt(self.store), options, NullReporter(), self.workspace.root).run()
+
+    def last_attempt_status(self, key: str) -> str | None:
+        """How the newest attempt at `key` ended (`failed`, `succeeded`, ...), if there was one."""
+        record = self.cache.last_attempt(key)
+        return None if record is None else record.get("status")
+
+    def query(self, expression: str, keep_going: bool = False) -> QueryResult:
+        """Evaluate a query expression (docs/query.md). Writes nothing to the store."""
+        universe = Universe(self.loader, self.workspace.package_of(self.cwd), self._skip_dirs(), keep_going)
+        result = run_query(expression, universe, self)
+        self.loader.save_cache()
+        self.stat_cache.save()
+        return result
 
     def workspace_keys(self) -> set[str]:
         """The current key of every rule target of the workspace, `manual` ones included

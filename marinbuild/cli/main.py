@@ -20,6 +20,7 @@ from marinbuild.actions.scheduler import BuildOptions
 from marinbuild.actions.results import Reporter
 from marinbuild.cli.progress import PlainReporter
 from marinbuild.errors import MarinbuildError
+from marinbuild.query import FORMATS, from_command_line
 from marinbuild.session import Session
 from marinbuild.store import maintenance
 
@@ -147,6 +148,26 @@ def build(ctx: click.Context, patterns: tuple[str, ...], jobs: int | None, keep_
 def where(ctx: click.Context, label: str) -> None:
     """Print the output directory of a built target."""
     click.echo(_session(ctx).where(label))
+
+
+@cli.command()
+@click.argument("expression", nargs=-1, required=True)
+@click.option("--output", type=click.Choice(list(FORMATS)), default="label", show_default=True, help="How to print the result.")
+@click.option("--keep-going", "-k", is_flag=True, help="Skip unknown targets and broken packages, with a warning.")
+@click.pass_context
+@_handles_errors
+def query(ctx: click.Context, expression: tuple[str, ...], output: str, keep_going: bool) -> None:
+    """Print the targets an EXPRESSION in Bazel's query language names (see docs/query.md).
+
+    `marinbuild query 'rdeps(//..., //data:corpus)'`; `marinbuild query deps //x:y` is
+    short for `deps(//x:y)`.
+    """
+    result = _session(ctx).query(from_command_line(expression), keep_going)
+    for warning in result.warnings:
+        click.echo(f"marinbuild: warning: {warning}", err=True)
+    if not result.labels and output != "json":
+        click.echo("marinbuild: the query matched no targets", err=True)
+    click.echo(result.render(output), nl=False)
 
 
 @cli.group()
