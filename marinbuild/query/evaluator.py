@@ -20,16 +20,7 @@ from typing import Protocol
 from marinbuild.actions.results import BuildResult, Status, TargetResult
 from marinbuild.errors import GraphError, LabelError, LoadError, QueryError
 from marinbuild.query.attributes import attribute_text, attribute_value
-from marinbuild.query.expressions import (
-    Expression,
-    FunctionCall,
-    Let,
-    SetLiteral,
-    SetOperation,
-    TargetLiteral,
-    Variable,
-    Word,
-)
+from marinbuild.query import expressions as syntax
 from marinbuild.query.functions import SIGNATURES
 from marinbuild.query.order import sort_key
 from marinbuild.query.universe import Universe, kind_of
@@ -66,29 +57,29 @@ class Evaluator:
             "buildfiles": self._buildfiles,
         }
 
-    def evaluate(self, node: Expression, variables: Mapping[str, Labels] | None = None) -> Labels:
+    def evaluate(self, node: syntax.Expression, variables: Mapping[str, Labels] | None = None) -> Labels:
         variables = variables or {}
         match node:
-            case TargetLiteral():
+            case syntax.TargetLiteral():
                 return self._pattern(node)
-            case Variable():
+            case syntax.Variable():
                 return variables[node.name]
-            case Let():
+            case syntax.Let():
                 value = self.evaluate(node.value, variables)
                 return self.evaluate(node.body, {**variables, node.name: value})
-            case SetOperation():
+            case syntax.SetOperation():
                 left, right = self.evaluate(node.left, variables), self.evaluate(node.right, variables)
                 return {"intersect": left & right, "union": left | right, "except": left - right}[node.operator]
-            case SetLiteral():
+            case syntax.SetLiteral():
                 return frozenset().union(*(self._pattern(item) for item in node.items))
-            case FunctionCall():
+            case syntax.FunctionCall():
                 return self._call(node, variables)
         raise AssertionError(f"unknown expression {node!r}")
 
     def _error(self, message: str, column: int, hint: str | None = None) -> QueryError:
         return QueryError(message, expression=self.expression, column=column, hint=hint)
 
-    def _pattern(self, literal: TargetLiteral) -> Labels:
+    def _pattern(self, literal: syntax.TargetLiteral) -> Labels:
         try:
             return frozenset(self.universe.matching(literal.pattern))
         except (LabelError, GraphError, LoadError) as error:
@@ -100,7 +91,7 @@ class Evaluator:
 
     # -- functions ------------------------------------------------------------------------
 
-    def _call(self, call: FunctionCall, variables: Mapping[str, Labels]) -> Labels:
+    def _call(self, call: syntax.FunctionCall, variables: Mapping[str, Labels]) -> Labels:
         args = [self.evaluate(arg, variables) if _is_expression(arg) else arg for arg in call.args]
         if SIGNATURES[call.name].store:
             return self._store_function(call.name, args[0])
@@ -142,15 +133,15 @@ class Evaluator:
                 frontier = following
         return frozenset()
 
-    def _kind(self, pattern: Word, targets: Labels) -> Labels:
+    def _kind(self, pattern: syntax.Word, targets: Labels) -> Labels:
         regex = self._regex(pattern)
         return frozenset(label for label in targets if regex.search(kind_of(self.universe.node(label))))
 
-    def _filter(self, pattern: Word, targets: Labels) -> Labels:
+    def _filter(self, pattern: syntax.Word, targets: Labels) -> Labels:
         regex = self._regex(pattern)
         return frozenset(label for label in targets if regex.search(label))
 
-    def _attr(self, name: Word, pattern: Word, targets: Labels) -> Labels:
+    def _attr(self, name: syntax.Word, pattern: syntax.Word, targets: Labels) -> Labels:
         regex = self._regex(pattern)
         matched = set()
         for label, target in self._rules(targets):
@@ -159,7 +150,7 @@ class Evaluator:
                 matched.add(label)
         return frozenset(matched)
 
-    def _labels(self, name: Word, targets: Labels) -> Labels:
+    def _labels(self, name: syntax.Word, targets: Labels) -> Labels:
         found: set[str] = set()
         for _label, target in self._rules(targets):
             attr = target.rule.all_attrs.get(name.text)
@@ -216,7 +207,7 @@ class Evaluator:
         pairs = ((label, self.universe.node(label)) for label in sorted(labels, key=sort_key))
         return [(label, node) for label, node in pairs if isinstance(node, Target)]
 
-    def _regex(self, word: Word) -> re.Pattern[str]:
+    def _regex(self, word: syntax.Word) -> re.Pattern[str]:
         try:
             return re.compile(word.text)
         except re.error as error:
@@ -230,8 +221,8 @@ class Evaluator:
         return {label: self._results[label] for label in labels}
 
 
-def _is_expression(arg: Expression | Word | int) -> bool:
-    return not isinstance(arg, (Word, int))
+def _is_expression(arg: syntax.Expression | syntax.Word | int) -> bool:
+    return not isinstance(arg, (syntax.Word, int))
 
 
 def _reverse(labels: Labels, deps: Callable[[str], Iterable[str]]) -> dict[str, list[str]]:
