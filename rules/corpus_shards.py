@@ -1,0 +1,136 @@
+"""The layout every data rule writes, and the reader of it for downstream rules.
+
+A corpus is `train/` and `validation/` directories of JSONL shards (`shard-00000.jsonl`,
+...), one `{"text": ...}` object a line, plus `summary.json` with the document counts.
+The validation split is chosen by document position (never by chance), so the same
+documents always give byte-identical shards and downstream steps can be cut off early.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, TextIO
+
+from marinbuild.targets import attrs as types
+from marinbuild.targets.attrs import Attr, JsonValue
+from marinbuild.targets.context import StepFailed
+
+SPLITS = ("train", "validation")
+SUMMARY = "summary.json"
+SHARD_BYTES = 64 * 2**20  # a new shard starts once a shard holds this many bytes
+PROGRESS_EVERY = 1000  # documents between progress reports
+
+# Attributes every data rule shares.
+CORPUS_ATTRS: dict[str, Attr] = {
+    "sample_count": Attr(types.INT, default=None, doc="Keep only the first N documents (quick runs)."),
+    "validation_fraction": Attr(
+        types.FLOAT, default=0.01, doc="Share of documents, evenly spaced, held out for validation."
+    ),
+}
+
+
+def check_corpus_attrs(attrs: Mapping[str, JsonValue]) -> None:
+    """Load-time checks of CORPUS_ATTRS (a ValueError names the BUILD line)."""
+    if attrs["sample_count"] is not None and attrs["sample_count"] < 2:
+        raise ValueError(f"sample_count must be at least 2 (one train and one validation document), got {attrs['sample_count']}")
+    if not 0 < attrs["validation_fraction"] < 1:
+        raise ValueError(f"validation_fraction must be between 0 and 1 (exclusive), got {attrs['validation_fraction']}")
+
+
+class _ShardWriter:
+    """Writes one split's documents into numbered shards of about SHARD_BYTES each."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        directory.mkdir(parents=True)
+        self.documents = 0
+        self.shards = 0
+        self._file: TextIO | None = None
+        self._bytes = 0
+
+    def write(self, text: str) -> None:
+        if self._file is None or self._bytes >= SHARD_BYTES:
+            self.close()
+            self._file = open(self.directory / f"shard-{self.shards:05d}.jsonl", "w", encoding="utf-8")
+            self.shards += 1
+            self._bytes = 0
+        line = json.dumps({"text": text}, ensure_ascii=False) + "\n"
+        self._file.write(line)
+        self._bytes += len(line.encode())
+        self.documents += 1
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def write_corpus(
+    out: Path,
+    documents: Iterable[str],
+    *,
+    sample_count: int | None,
+    validation_fraction: float,
+    progress: Callable[[float, float | None, str], None],
+    source: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Write `documents` (empty ones dropped) as train/validation shards and summary.json.
+
+    Document i goes to validation when ceil((i + 1) * f) > ceil(i * f): the first
+    document and then one in every 1/f, so even a tiny sample has a validation split.
+    `source` describes where the documents came from and goes into the summary, so the
+    output (and every key downstream) changes when the source does. The summary holds no
+    attribute that does not change the documents: a larger sample_count than there are
+    documents gives the same bytes, and downstream steps are cut off early.
+    """
+    fraction = Fraction(repr(validation_fraction))
+    writers = {split: _ShardWriter(out / split) for split in SPLITS}
+    count = 0
+    try:
+        for text in documents:
+            if not text:
+                continue
+            if sample_count is not None and count >= sample_count:
+                break
+            held_out = math.ceil((count + 1) * fraction) > math.ceil(count * fraction)
+            writers["validation" if held_out else "train"].write(text)
+            count += 1
+            if count % PROGRESS_EVERY == 0:
+                progress(count, sample_count, "docs")
+    finally:
+        for writer in writers.values():
+            writer.close()
+    if writers["train"].documents == 0:
+        raise StepFailed(f"only {count} non-empty document(s): too few for a train and a validation split")
+    progress(count, count, "docs")
+    summary = {
+        "documents": {split: writer.documents for split, writer in writers.items()},
+        "shards": {split: writer.shards for split, writer in writers.items()},
+        "source": dict(source),
+    }
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def corpus_root(files: Iterable[Path]) -> Path:
+    """The directory holding summary.json among an input's files (a data rule's output)."""
+    for path in files:
+        if path.name == SUMMARY and (path.parent / "train").is_dir():
+            return path.parent
+    raise StepFailed("the data input is not a corpus: expected summary.json next to train/ (the output of a data rule)")
+
+
+def read_summary(root: Path) -> dict[str, Any]:
+    return json.loads((root / SUMMARY).read_text())
+
+
+def read_split(root: Path, split: str) -> Iterator[str]:
+    """Every document of one split, in shard order."""
+    for shard in sorted((root / split).glob("shard-*.jsonl")):
+        with open(shard, encoding="utf-8") as lines:
+            for line in lines:
+                yield json.loads(line)["text"]
