@@ -28,6 +28,7 @@ class TargetResult:
     duration_s: float = 0.0
     reason: str | None = None  # why it ran, was skipped, or failed
     log: Path | None = None  # the attempt's log in the store, for failures
+    headline: str | None = None  # the rule's one line about the output of a requested target
 
     def to_json(self) -> dict:
         return {
@@ -38,6 +39,7 @@ class TargetResult:
             "duration_s": round(self.duration_s, 3),
             **({"reason": self.reason} if self.reason else {}),
             **({"log": str(self.log)} if self.log else {}),
+            **({"headline": self.headline} if self.headline else {}),
         }
 
 

@@ -11,6 +11,7 @@ rule, and publishes. A failure skips everything downstream of it; without
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import os
@@ -141,6 +142,7 @@ class Scheduler:
         self._dependents = graph.dependents()
         self._waiting = {label: len(set(graph.rule_deps(label))) for label in graph.targets}
         self._ready: deque[str] = deque()  # targets whose inputs are all known
+        self._requested = set(graph.requested)
 
     # -- the coordinator loop ------------------------------------------------------------
 
@@ -254,6 +256,10 @@ class Scheduler:
         return list(seen)
 
     def _record(self, result: TargetResult) -> None:
+        if result.output is not None and result.label in self._requested:
+            headline = self.graph.targets[result.label].rule.headline
+            if headline is not None:
+                result = dataclasses.replace(result, headline=headline(Path(result.output)))
         self.result.results[result.label] = result
         self.reporter.step_finished(result)
 

@@ -135,7 +135,7 @@ def build(ctx: click.Context, patterns: tuple[str, ...], jobs: int | None, keep_
         for label in result.requested:
             item = result.results[label]
             if item.output is not None:
-                click.echo(f"{label}: {item.output}")
+                click.echo(f"{label}: {item.output}" + (f"\n  {item.headline}" if item.headline else ""))
     else:
         click.echo(f"{len(result.requested)} targets requested; 'marinbuild where LABEL' prints where one is")
     sys.exit(0 if result.ok else EXIT_FAILED)

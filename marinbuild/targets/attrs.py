@@ -148,6 +148,22 @@ def _map_label_keyed_dict(value: JsonValue, fn: LabelMap) -> JsonValue:
     return {fn(label): item for label, item in value.items()}
 
 
+def _normalize_mixture(value: JsonValue, package: str) -> JsonValue:
+    if isinstance(value, str):
+        return absolute_label(value, package)
+    mixture = _normalize_label_keyed_dict(value, package)
+    for label, weight in mixture.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+            raise ValueError(f"the weight of {label} must be a non-negative number, got {weight!r}")
+    if not any(mixture.values()):
+        raise ValueError("a mixture needs at least one positive weight")
+    return mixture
+
+
+def _map_mixture(value: JsonValue, fn: LabelMap) -> JsonValue:
+    return fn(value) if isinstance(value, str) else _map_label_keyed_dict(value, fn)
+
+
 # `$(location LABEL)` and `$(locations LABEL)` inside a command template.
 LOCATION_REF = re.compile(r"\$\((locations?)\s+([^)\s]+)\s*\)")
 
@@ -187,6 +203,8 @@ LABEL = AttrType("label", _normalize_label, lambda value, fn: fn(value))
 OPTIONAL_LABEL = AttrType("optional_label", _normalize_optional_label, _map_optional_label)
 LABEL_LIST = AttrType("label_list", _normalize_label_list, _map_label_list)
 LABEL_KEYED_DICT = AttrType("label_keyed_dict", _normalize_label_keyed_dict, _map_label_keyed_dict)
+# One label, or weights {label: weight} over several (a training-data mixture).
+MIXTURE = AttrType("mixture", _normalize_mixture, _map_mixture)
 TEMPLATE = AttrType("template", _normalize_template, _map_template)
 FUNCTION = AttrType("function", _normalize_function, _map_function)
 

@@ -11,6 +11,7 @@ import enum
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from marinbuild.errors import Location
@@ -36,21 +37,30 @@ class Execution(enum.Enum):
 
 @dataclass(frozen=True)
 class Resources:
-    """What a step needs from the machine; the scheduler never oversubscribes them."""
+    """What a step needs from the machine; the scheduler never oversubscribes CPUs and memory.
+
+    `accelerator` ("H100", "v5p-64") and `accelerator_count` say what hardware a step wants;
+    the local scheduler records them but runs on whatever this machine has.
+    """
 
     cpu: float = 1.0
     memory_gb: float = 0.0
+    accelerator: str | None = None
+    accelerator_count: int = 0
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any] | None, default: Resources) -> Resources:
         if not value:
             return default
-        unknown = set(value) - {"cpu", "memory_gb"}
+        known = {"cpu", "memory_gb", "accelerator", "accelerator_count"}
+        unknown = set(value) - known
         if unknown:
-            raise ValueError(f"unknown resource fields {sorted(unknown)}; known: cpu, memory_gb")
+            raise ValueError(f"unknown resource fields {sorted(unknown)}; known: {', '.join(sorted(known))}")
         return cls(
             cpu=float(value.get("cpu", default.cpu)),
             memory_gb=float(value.get("memory_gb", default.memory_gb)),
+            accelerator=value.get("accelerator", default.accelerator),
+            accelerator_count=int(value.get("accelerator_count", default.accelerator_count)),
         )
 
 
@@ -60,7 +70,7 @@ COMMON_ATTRS: dict[str, Attr] = {
     "name": Attr(types.STRING, identity=False, doc="The target's name within its package."),
     "tags": Attr(types.STRING_LIST, default=[], identity=False, doc="'manual' keeps it out of wildcards."),
     "description": Attr(types.STRING, default="", identity=False),
-    "resources": Attr(types.DICT, default={}, identity=False, doc="{'cpu': N, 'memory_gb': N}"),
+    "resources": Attr(types.DICT, default={}, identity=False, doc="{'cpu': N, 'memory_gb': N, 'accelerator': 'H100', 'accelerator_count': 8}"),
 }
 
 
@@ -80,6 +90,9 @@ class Rule:
     packages: tuple[str, ...] = ()
     # Checks across attributes at load time; raises ValueError so the error names the BUILD line.
     validate: Callable[[Mapping[str, JsonValue]], None] | None = None
+    # One line about an output (e.g. its final loss), printed after a build that names the
+    # target. It reads the output directory, so it must be cheap; None when there is nothing to say.
+    headline: Callable[[Path], str | None] | None = None
     all_attrs: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

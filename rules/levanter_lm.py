@@ -1,0 +1,346 @@
+"""Levanter behind `train_lm` and `eval_lm`: its configs built from BUILD attributes, a
+tracker that writes metrics into the step's output, and the runs themselves.
+
+This module imports jax and Levanter, so only a running step (or a benchmark) imports
+it; `rules/lm.py` declares the rules and stays cheap to load. Everything runs offline:
+tokenizers and data come from inputs in the store, never from the Hugging Face Hub.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before transformers/huggingface_hub are imported: a build never reaches the network.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["WANDB_MODE"] = "disabled"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import blake3
+import jax
+from levanter.checkpoint import CheckpointerConfig, discover_latest_checkpoint
+from levanter.data.text import LMMixtureDatasetConfig, UrlDatasetSourceConfig
+from levanter.distributed import RayConfig
+from levanter.main import eval_lm as levanter_eval_lm
+from levanter.main import train_lm as levanter_train_lm
+from levanter.models.llama import LlamaConfig
+from levanter.optim import AdamConfig
+from levanter.tracker import Tracker
+from levanter.tracker.tracker import TrackerConfig
+from levanter.trainer import TrainerConfig
+from levanter.utils.jax_utils import jnp_to_python
+
+from marinbuild.targets.context import StepFailed
+
+# What a tokenized target provides (the `tokenize` rule's output contract).
+SPLITS = ("train", "validation")
+TOKENIZER_DIR = "tokenizer"
+# What train_lm writes next to the checkpoint, for eval_lm: the model config and the
+# digest of the tokenizer it was trained with.
+MODEL_FILE = "model.json"
+
+
+# -- metrics --------------------------------------------------------------------------------
+
+
+class MetricsFile(Tracker):
+    """A Levanter tracker appending one JSON line per step (all metrics logged at that step).
+
+    Levanter logs a step's metrics in several calls (loss, throughput, evaluation); they
+    are merged and written when the next step starts or the run finishes.
+    """
+
+    name = "marinbuild_metrics"
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.summary: dict[str, Any] = {}
+        self._step: int | None = None
+        self._row: dict[str, Any] = {}
+
+    def log_hyperparameters(self, hparams: dict[str, Any]) -> None:
+        pass  # the recipe in the action-cache entry already records them
+
+    def log(self, metrics: Mapping[str, Any], *, step: int | None, commit: bool | None = None) -> None:
+        if step != self._step:
+            self._flush()
+            self._step = step
+        self._row.update({name: _plain(value) for name, value in metrics.items()})
+
+    def log_summary(self, metrics: Mapping[str, Any]) -> None:
+        self.summary.update({name: _plain(value) for name, value in metrics.items()})
+
+    def log_artifact(self, artifact_path: Any, *, name: str | None = None, type: str | None = None) -> None:
+        pass
+
+    def finish(self) -> None:
+        self._flush()
+
+    def _flush(self) -> None:
+        if self._row:
+            with self.path.open("a") as file:
+                file.write(json.dumps({"step": self._step, "time": round(time.time(), 3), **self._row}) + "\n")
+        self._row = {}
+
+
+@TrackerConfig.register_subclass("marinbuild_metrics")
+@dataclasses.dataclass
+class MetricsFileConfig(TrackerConfig):
+    path: str = "metrics.jsonl"
+
+    def init(self, run_id: str | None) -> MetricsFile:
+        self.tracker = MetricsFile(Path(self.path))
+        return self.tracker
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, jax.Array):
+        value = jnp_to_python(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _last(rows: list[dict[str, Any]], name: str) -> Any:
+    return next((row[name] for row in reversed(rows) if row.get(name) is not None), None)
+
+
+# -- data -----------------------------------------------------------------------------------
+
+
+def tokenized_sets(inputs: Mapping[str, Path]) -> tuple[dict[str, Path], Path]:
+    """{tag: output directory} for tokenized targets, and their (shared) tokenizer directory.
+
+    Tags are target names (metrics read `eval/<tag>/loss`), or whole labels where two
+    targets share a name.
+    """
+    names = [label.rpartition(":")[2] for label in inputs]
+    sets: dict[str, Path] = {}
+    for (label, root), name in zip(inputs.items(), names):
+        missing = [part for part in (*SPLITS, TOKENIZER_DIR) if not (root / part).is_dir()]
+        if missing:
+            raise StepFailed(f"{label} is not a tokenized data set (no {', '.join(missing)} in its output); use a tokenize target")
+        sets[name if names.count(name) == 1 else label.lstrip("/")] = root
+    digests = {tag: tokenizer_digest(root / TOKENIZER_DIR) for tag, root in sets.items()}
+    if len(set(digests.values())) > 1:
+        raise StepFailed(f"the data sets were tokenized with different tokenizers: {sorted(sets)}; tokenize them with the same one")
+    return sets, next(iter(sets.values())) / TOKENIZER_DIR
+
+
+def tokenizer_digest(directory: Path) -> str:
+    return blake3.blake3((directory / "tokenizer.json").read_bytes()).hexdigest()
+
+
+def data_config(sets: Mapping[str, Path], weights: Mapping[str, float], tokenizer: Path) -> LMMixtureDatasetConfig:
+    """A Levanter mixture over prebuilt caches (one component for a single data set).
+
+    A mixture restarts a component that runs out, so a run always lasts its steps (a
+    single Levanter data set would stop training silently at the end of the data).
+    """
+    return LMMixtureDatasetConfig(
+        tokenizer=str(tokenizer),
+        cache_dir=None,
+        configs={tag: UrlDatasetSourceConfig(cache_dir=str(root)) for tag, root in sets.items()},
+        train_weights=dict(weights),
+        shuffle=True,
+        permutation_type="feistel",
+    )
+
+
+# -- configs --------------------------------------------------------------------------------
+
+
+def model_config(fields: Mapping[str, Any], tokenizer: Path, tmp: Path) -> LlamaConfig:
+    """LlamaConfig from a BUILD dict, with a local tokenizer and HF reference, never the Hub.
+
+    The reference (where the HF export takes its config defaults and tokenizer from) is
+    the tokenizer next to a `config.json` naming the Llama architecture.
+    """
+    _check_fields(LlamaConfig, fields, "model", exclude={"tokenizer", "reference_checkpoint"})
+    reference = tmp / "hf-reference"
+    shutil.copytree(tokenizer, reference, dirs_exist_ok=True)
+    (reference / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return LlamaConfig(**fields, tokenizer=str(tokenizer), reference_checkpoint=str(reference))
+
+
+def optimizer_config(fields: Mapping[str, Any]) -> AdamConfig:
+    _check_fields(AdamConfig, fields, "optimizer")
+    return AdamConfig(**fields)
+
+
+def _check_fields(cls: type, fields: Mapping[str, Any], attribute: str, exclude: set[str] = frozenset()) -> None:
+    known = {field.name for field in dataclasses.fields(cls)} - exclude
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise StepFailed(f"{attribute}: unknown {cls.__name__} fields {unknown}; known: {', '.join(sorted(known))}")
+
+
+def trainer_config(
+    trainer: Mapping[str, Any], seed: int, checkpoints: Path | None, metrics: Path, log_dir: Path
+) -> TrainerConfig:
+    """Levanter's trainer on whatever devices this process sees, without wandb or a Ray cluster.
+
+    Checkpoints go under `checkpoints` every `checkpoint_interval` steps and at the last
+    step (so the output always holds the final state), with no run id in the path: the
+    next attempt of the same key finds them and resumes. Levanter numbers steps from 0 and
+    never saves at step 0, hence at least 2 steps.
+    """
+    steps = trainer["steps"]
+    batch_size = trainer.get("batch_size", 8)
+    every, last = trainer.get("checkpoint_interval", steps), steps - 1
+    keep = [{"every": every, "until": None}]
+    if last % every:
+        keep = [{"every": every, "until": last - 1}, {"every": last, "until": None}]
+    return TrainerConfig(
+        seed=seed,
+        id="train",
+        log_dir=log_dir,
+        tracker=MetricsFileConfig(path=str(metrics)),
+        num_train_steps=steps,
+        train_batch_size=batch_size,
+        per_device_eval_parallelism=max(1, batch_size // jax.device_count()),
+        steps_per_eval=trainer.get("eval_interval", steps),
+        max_eval_batches=trainer.get("max_eval_batches"),
+        checkpointer=CheckpointerConfig(
+            base_path=str(checkpoints or log_dir / "checkpoints"), keep=keep, append_run_id_to_base_path=False
+        ),
+        ray=RayConfig(auto_start_cluster=False),
+        require_accelerator=False,
+        log_jaxprs=False,
+        log_xla_hlo=False,
+    )
+
+
+# -- train_lm -------------------------------------------------------------------------------
+
+
+def train_config(
+    attrs: Mapping[str, Any], sets: Mapping[str, Path], tokenizer: Path, scratch: Path, tmp: Path
+) -> levanter_train_lm.TrainLmConfig:
+    """Levanter's config for a `train_lm` target: checkpoints, metrics and HF exports in `scratch`."""
+    mixture = attrs["data"]
+    weights = dict(zip(sets, mixture.values())) if isinstance(mixture, dict) else {tag: 1.0 for tag in sets}
+    return levanter_train_lm.TrainLmConfig(
+        data=data_config(sets, weights, tokenizer),
+        model=model_config(attrs["model"], tokenizer, tmp),
+        optimizer=optimizer_config(attrs["optimizer"]),
+        trainer=trainer_config(
+            attrs["trainer"], attrs["seed"], scratch / "checkpoints", scratch / "metrics.jsonl", tmp / "levanter-logs"
+        ),
+        hf_save_path=str(scratch / "hf"),
+        hf_save_steps=attrs["trainer"]["steps"],
+    )
+
+
+def train(attrs: Mapping[str, Any], data: Mapping[str, Path], out: Path, scratch: Path, tmp: Path) -> dict[str, Any]:
+    """Train (or resume) into `scratch`, then write the outputs of `train_lm` into `out`.
+
+    `data` maps each input label to its output directory; `attrs["data"]` is one of them
+    or a `{label: weight}` mixture.
+    """
+    started = time.time()
+    sets, tokenizer = tokenized_sets(data)
+    config = train_config(attrs, sets, tokenizer, scratch, tmp)
+    checkpoints, metrics, exports = scratch / "checkpoints", scratch / "metrics.jsonl", scratch / "hf"
+    last = f"step-{attrs['trainer']['steps'] - 1}"
+    finished = (exports / last).is_dir()
+    if not finished:
+        # A final checkpoint without its HF export (the run was killed in between) cannot
+        # be resumed from: Levanter refuses a run with no steps left. Redo the last stretch.
+        shutil.rmtree(checkpoints / last, ignore_errors=True)
+    resumed_from = _keep_metrics_until_checkpoint(checkpoints, metrics)
+    if not finished:
+        levanter_train_lm.main(config)
+    if not (checkpoints / last / "metadata.json").exists():
+        raise StepFailed(f"training ended without a checkpoint at {last}; see the log")
+    shutil.copytree(checkpoints / last, out / "checkpoint")
+    shutil.copytree(exports / last, out / "hf")
+    shutil.copy(metrics, out / "metrics.jsonl")
+    (out / MODEL_FILE).write_text(
+        json.dumps({"model": attrs["model"], "tokenizer_blake3": tokenizer_digest(tokenizer)}, indent=2) + "\n"
+    )
+    logged = config.trainer.tracker.tracker.summary if not finished else {}
+    summary = _train_summary(read_metrics(metrics), logged, resumed_from, started)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _keep_metrics_until_checkpoint(checkpoints: Path, metrics: Path) -> int | None:
+    """The last step of the checkpoint the run resumes from (None for a fresh run).
+
+    Metrics of later steps, which a killed attempt logged but did not checkpoint, are
+    dropped: those steps run again, and each step appears once in `metrics.jsonl`.
+    """
+    latest = discover_latest_checkpoint(str(checkpoints)) if checkpoints.exists() else None
+    step = json.loads((Path(latest) / "metadata.json").read_text())["step"] if latest else None
+    kept = [row for row in read_metrics(metrics) if step is not None and row["step"] is not None and row["step"] <= step]
+    metrics.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    return step
+
+
+def _train_summary(
+    rows: list[dict[str, Any]], logged: Mapping[str, Any], resumed_from: int | None, started: float
+) -> dict[str, Any]:
+    trained = [row for row in rows if "throughput/total_tokens" in row and row["step"] > (resumed_from or 0)]
+    tokens_per_s = None
+    if len(trained) > 1:  # from the end of the first step this attempt ran: compilation is not throughput
+        tokens = trained[-1]["throughput/total_tokens"] - trained[0]["throughput/total_tokens"]
+        tokens_per_s = round(tokens / max(trained[-1]["time"] - trained[0]["time"], 1e-9), 1)
+    evals = [row for row in rows if row.get("eval/loss") is not None]
+    gflops = _last(rows, "throughput/total_gflops")
+    return {
+        "steps": rows[-1]["step"] + 1 if rows else 0,
+        "resumed_from_step": resumed_from,
+        "train_loss": _last(rows, "train/loss"),
+        "initial_eval_loss": evals[0]["eval/loss"] if evals and evals[0]["step"] == 0 else None,
+        "eval_loss": _last(rows, "eval/loss"),
+        "eval_bpb": _last(rows, "eval/bpb"),
+        "tokens": _last(rows, "throughput/total_tokens"),
+        "flops": None if gflops is None else gflops * 1e9,
+        "tokens_per_s": tokens_per_s,
+        "parameter_count": logged.get("parameter_count"),
+        "wall_time_s": round(time.time() - started, 2),
+    }
+
+
+# -- eval_lm --------------------------------------------------------------------------------
+
+
+def evaluate(model_dir: Path, data: Mapping[str, Path], attrs: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
+    """Loss, bits per byte and perplexity of a `train_lm` output on each tokenized set."""
+    sets, tokenizer = tokenized_sets(data)
+    trained = json.loads((model_dir / MODEL_FILE).read_text())
+    if trained["tokenizer_blake3"] != tokenizer_digest(tokenizer):
+        raise StepFailed("the data sets were tokenized with another tokenizer than the model was trained with")
+    metrics = tmp / "metrics.jsonl"
+    trainer = {"steps": 1, "batch_size": attrs["batch_size"], "max_eval_batches": attrs["max_batches"]}
+    config = levanter_eval_lm.EvalLmConfig(
+        checkpoint_path=str(model_dir / "checkpoint"),
+        data=data_config(sets, {tag: 1.0 for tag in sets}, tokenizer),
+        model=model_config(trained["model"], tokenizer, tmp),
+        trainer=trainer_config(trainer, 0, None, metrics, tmp / "levanter-logs"),
+    )
+    levanter_eval_lm.main(config)
+    config.trainer.tracker.tracker.finish()
+    row = read_metrics(metrics)[-1]
+
+    def scores(prefix: str) -> dict[str, float]:
+        loss = row[f"{prefix}/loss"]
+        return {"loss": loss, "bpb": row.get(f"{prefix}/bpb"), "perplexity": math.exp(loss)}
+
+    return {**scores("eval"), "sets": {tag: scores(f"eval/{tag}") for tag in sets}}

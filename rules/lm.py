@@ -1,0 +1,128 @@
+"""Language-model rules: `train_lm` and `eval_lm`, on Levanter.
+
+The rules are declared here, cheap to import; the Levanter side (configs, metrics, the
+runs) is `rules/levanter_lm.py`, imported only when a step runs. Macros for model and
+resource dicts (`llama_nano()`, `llama(...)`, `cpu()`, `gpu(...)`, `tpu(...)`) are in
+`rules/lm.star`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from marinbuild.targets import attrs as types
+from marinbuild.targets.attrs import Attr, JsonValue
+from marinbuild.targets.context import Context
+from marinbuild.targets.rule import Execution, Resources, Rule
+
+ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
+# The `trainer` dict: training length and batching, how often to evaluate and checkpoint.
+TRAINER_FIELDS = ("steps", "batch_size", "eval_interval", "checkpoint_interval", "max_eval_batches")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _number(value: Any) -> str:
+    return "?" if value is None else f"{value:.3f}"
+
+
+def _train_headline(out: Path) -> str | None:
+    summary = _read_json(out / "summary.json")
+    if summary is None:
+        return None
+    return (
+        f"eval loss {_number(summary.get('eval_loss'))} (at initialisation {_number(summary.get('initial_eval_loss'))}), "
+        f"{summary.get('steps')} steps, {summary.get('tokens')} tokens; model in checkpoint/ and hf/, metrics in metrics.jsonl"
+    )
+
+
+def _eval_headline(out: Path) -> str | None:
+    metrics = _read_json(out / "metrics.json")
+    if metrics is None:
+        return None
+    return (
+        f"eval loss {_number(metrics.get('loss'))}, {_number(metrics.get('bpb'))} bits/byte, "
+        f"perplexity {_number(metrics.get('perplexity'))} (metrics.json)"
+    )
+
+
+def _positive_int(value: JsonValue) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _validate_train(attrs: Mapping[str, JsonValue]) -> None:
+    trainer = attrs["trainer"]
+    unknown = sorted(set(trainer) - set(TRAINER_FIELDS))
+    if unknown:
+        raise ValueError(f"trainer: unknown fields {unknown}; known: {', '.join(TRAINER_FIELDS)}")
+    if "steps" not in trainer:
+        raise ValueError("trainer: 'steps' is required")
+    for name in TRAINER_FIELDS:
+        if name in trainer and trainer[name] is not None and not _positive_int(trainer[name]):
+            raise ValueError(f"trainer: {name} must be a positive int, got {trainer[name]!r}")
+    if trainer["steps"] < 2:
+        raise ValueError("trainer: steps must be at least 2 (Levanter never checkpoints its step 0)")
+
+
+def _train_lm(ctx: Context) -> None:
+    from rules import levanter_lm
+
+    ctx.log.info("training; checkpoints in %s", ctx.scratch)
+    data = {label: ctx.inputs[label].root for label in ctx.inputs}
+    summary = levanter_lm.train(ctx.attrs, data, ctx.out, ctx.scratch, ctx.tmp)
+    ctx.log.info("summary: %s", summary)
+
+
+train_lm = Rule(
+    name="train_lm",
+    impl=_train_lm,
+    doc="Train a Llama language model with Levanter; outputs checkpoint/, hf/, metrics.jsonl, summary.json.",
+    attrs={
+        "data": Attr(types.MIXTURE, doc="A tokenize target, or a mixture {label: weight} of them."),
+        "model": Attr(types.DICT, doc="LlamaConfig fields, e.g. llama_nano() from //rules:lm.star."),
+        "optimizer": Attr(types.DICT, default={}, doc="AdamConfig fields (learning_rate, weight_decay, warmup...)."),
+        "trainer": Attr(types.DICT, doc="steps, batch_size, eval_interval, checkpoint_interval, max_eval_batches."),
+        "seed": Attr(types.INT, default=0),
+    },
+    validate=_validate_train,
+    headline=_train_headline,
+    execution=Execution.SUBPROCESS,
+    resources=Resources(cpu=2, memory_gb=4),
+    resumable=True,
+    packages=ML_PACKAGES,
+)
+
+
+def _eval_lm(ctx: Context) -> None:
+    from rules import levanter_lm
+
+    model = ctx.attrs["model"]
+    data = {label: ctx.inputs[label].root for label in ctx.attrs["data"]}
+    metrics = levanter_lm.evaluate(ctx.inputs[model].root, data, ctx.attrs, ctx.tmp)
+    (ctx.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    ctx.log.info("metrics: %s", metrics)
+
+
+eval_lm = Rule(
+    name="eval_lm",
+    impl=_eval_lm,
+    doc="Validation loss, bits per byte and perplexity of a train_lm model on tokenized sets -> metrics.json.",
+    headline=_eval_headline,
+    attrs={
+        "model": Attr(types.LABEL, doc="A train_lm target."),
+        "data": Attr(types.LABEL_LIST, doc="tokenize targets whose validation split is evaluated."),
+        "batch_size": Attr(types.INT, default=8),
+        "max_batches": Attr(types.INT, default=None, doc="At most this many batches per set (None: all)."),
+    },
+    execution=Execution.SUBPROCESS,
+    resources=Resources(cpu=2, memory_gb=4),
+    packages=ML_PACKAGES,
+)

@@ -1,0 +1,149 @@
+"""train_lm and eval_lm end to end through the CLI: a tiny Llama on a tiny corpus.
+
+Kept small for CI (a 1-layer, d=32 model on 64-token sequences; Levanter's setup and
+compilation dominate). What reruns after an edit is checked with --dry-run, which
+computes the same keys as a build without paying for one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import build_json, cli_env, run_cli, statuses
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_TIMEOUT_S = 300
+PKG = "//exp"
+
+CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n'
+
+
+def _build_file(lr: float = 3e-3, sample_count: int = 60, resources: str = "cpu()", trainer: str | None = None) -> str:
+    trainer = trainer or '{"steps": 6, "batch_size": 4, "eval_interval": 3, "checkpoint_interval": 2, "max_eval_batches": 2}'
+    return f"""
+load("//rules:lm.star", "cpu", "gpu", "llama")
+python_corpus(name = "corpus", sample_count = {sample_count}, chunk_characters = 1500, validation_fraction = 0.1)
+bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
+tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
+train_lm(
+    name = "model",
+    data = ":tokens",
+    model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
+    optimizer = {{"learning_rate": {lr}}},
+    trainer = {trainer},
+    resources = {resources},
+)
+eval_lm(name = "eval", model = ":model", data = [":tokens"], batch_size = 4, max_batches = 2)
+"""
+
+
+def _workspace(root: Path, build: str) -> Path:
+    (root / "rules").mkdir(parents=True)
+    (root / "rules" / "BUILD.marin").write_text("")
+    (root / "rules" / "lm.star").write_text((REPO / "rules" / "lm.star").read_text())
+    (root / "exp").mkdir()
+    (root / "exp" / "BUILD.marin").write_text(build)
+    (root / "marinbuild.toml").write_text(CONFIG)
+    return root
+
+
+def _build(ws: Path, *args: str) -> dict:
+    rc, out, err = run_cli(ws, "build", "--json", *args, timeout=TRAIN_TIMEOUT_S)
+    assert rc == 0, f"exit {rc}\n{out}\n{err}"
+    return json.loads(out) | {"stderr": err}
+
+
+def _output(data: dict, label: str) -> Path:
+    return Path(next(item["output"] for item in data["targets"] if item["label"] == label))
+
+
+def test_train_and_evaluate_a_tiny_model(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws", _build_file())
+    data = _build(ws, f"{PKG}:all")
+    assert set(statuses(data).values()) == {"built"}
+
+    model = _output(data, f"{PKG}:model")
+    summary = json.loads((model / "summary.json").read_text())
+    assert summary["steps"] == 6 and summary["tokens"] == 6 * 4 * 64
+    assert summary["eval_loss"] < summary["initial_eval_loss"]
+    assert (model / "checkpoint" / "metadata.json").is_file()
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (model / "hf").iterdir()}
+    rows = [json.loads(line) for line in (model / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == list(range(6)) and all("train/loss" in row for row in rows)
+
+    metrics = json.loads((_output(data, f"{PKG}:eval") / "metrics.json").read_text())
+    assert metrics["perplexity"] > 1 and metrics["bpb"] > 0
+    assert abs(metrics["sets"]["tokens"]["loss"] - metrics["loss"]) < 1e-4
+
+    # A second build reruns nothing and prints the headlines.
+    rc, out, err = run_cli(ws, f"{PKG}:all")
+    assert rc == 0 and "0 built, 5 cached" in err, err
+    assert f"eval loss {summary['eval_loss']:.3f} (at initialisation" in out
+
+    # What an edit reruns: resources nothing; the learning rate training and evaluation;
+    # the corpus size everything downstream of the data.
+    (ws / "exp" / "BUILD.marin").write_text(_build_file(resources='gpu("H100", 8)'))
+    assert set(statuses(build_json(ws, f"{PKG}:all")).values()) == {"cached"}
+    (ws / "exp" / "BUILD.marin").write_text(_build_file(lr=1e-3))
+    dry = statuses(build_json(ws, "--dry-run", f"{PKG}:all"))
+    assert dry == {f"{PKG}:corpus": "cached", f"{PKG}:tokenizer": "cached", f"{PKG}:tokens": "cached",
+                   f"{PKG}:model": "would-run", f"{PKG}:eval": "pending"}
+    (ws / "exp" / "BUILD.marin").write_text(_build_file(sample_count=50))
+    dry = statuses(build_json(ws, "--dry-run", f"{PKG}:all"))
+    assert dry[f"{PKG}:corpus"] == "would-run" and {dry[f"{PKG}:{name}"] for name in ("tokenizer", "tokens", "model", "eval")} == {"pending"}
+
+
+def test_bad_trainer_fields_fail_at_load(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws", _build_file(trainer='{"steps": 6, "epochs": 2}'))
+    rc, _out, err = run_cli(ws, "build", f"{PKG}:model")
+    assert rc == 2 and "BUILD.marin:6" in err and "unknown fields ['epochs']" in err, err
+
+
+def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+    trainer = '{"steps": 300, "batch_size": 2, "eval_interval": 1000, "checkpoint_interval": 10, "max_eval_batches": 1}'
+    ws = _workspace(tmp_path / "ws", _build_file(trainer=trainer))
+    _build(ws, f"{PKG}:tokens")
+
+    build = subprocess.Popen(
+        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", f"{PKG}:model"],
+        cwd=ws, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        checkpoint = _wait_for_checkpoint(ws / "cache" / "scratch", build)
+    finally:
+        os.killpg(build.pid, signal.SIGKILL)
+        build.wait()
+    killed_at = time.time()
+    assert checkpoint >= 9
+
+    data = _build(ws, f"{PKG}:model")
+    assert statuses(data)[f"{PKG}:model"] == "built"
+    model = _output(data, f"{PKG}:model")
+    summary = json.loads((model / "summary.json").read_text())
+    resumed = summary["resumed_from_step"]
+    assert resumed is not None and resumed >= checkpoint
+    rows = [json.loads(line) for line in (model / "metrics.jsonl").read_text().splitlines()]
+    steps = [row["step"] for row in rows]
+    # Each step once; the checkpoint's own step may lack a row (it is saved before that
+    # step's metrics are complete, and the kill may come in between).
+    assert steps == sorted(set(steps)) and set(range(300)) - set(steps) <= {resumed}
+    # Steps up to the checkpoint were logged before the kill, and not trained again.
+    assert all(row["time"] < killed_at for row in rows if row["step"] <= resumed)
+    assert all(row["time"] > killed_at for row in rows if row["step"] > resumed)
+
+
+def _wait_for_checkpoint(scratch: Path, build: subprocess.Popen, timeout: float = TRAIN_TIMEOUT_S) -> int:
+    """The step of the first complete checkpoint the build writes into its scratch space."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert build.poll() is None, "the build ended before it wrote a checkpoint"
+        for metadata in scratch.glob("*/*/checkpoints/step-*/metadata.json"):
+            return json.loads(metadata.read_text())["step"]
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared")
