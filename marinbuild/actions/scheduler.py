@@ -35,7 +35,7 @@ from marinbuild.actions.graph import Graph
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
 from marinbuild.labels import parse_label
-from marinbuild.store import ActionCache, Attempt, Lease, Outputs, layout
+from marinbuild.store import ActionCache, Attempt, Lease, Lookup, Outputs, layout
 from marinbuild.targets.rule import Execution, Resources, Target
 
 
@@ -159,9 +159,7 @@ class Scheduler:
         with ThreadPoolExecutor(max_workers=self.options.jobs, thread_name_prefix="step") as pool:
             while ready or (queued and not stopping) or running:
                 while ready:
-                    planned = self._plan(ready.popleft())
-                    if planned is not None:
-                        queued.append(planned)
+                    queued.extend(self._plan_ready())
                 while queued and not stopping and len(running) < self.options.jobs:
                     planned = self._take_fitting(queued, used, bool(running))
                     if planned is None:
@@ -192,12 +190,19 @@ class Scheduler:
             digest, _size = self.cache.stat_cache.digest(source.path)
             self._tokens[label] = keys.source_token(source.label.name, digest)
 
-    def _plan(self, label: str) -> _Planned | None:
-        """Compute the key; resolve a hit at once, return a miss to be run (or shown, when dry)."""
+    def _plan_ready(self) -> list[_Planned]:
+        """Plan every ready target, looking their keys up together (in parallel on a remote store)."""
+        labels = list(self._ready)
+        self._ready.clear()
+        recipes = [keys.recipe(self.graph.targets[label], self._tokens.__getitem__, self.salt) for label in labels]
+        action_keys = [keys.action_key(recipe) for recipe in recipes]
+        lookups = self.cache.lookup_many(action_keys)
+        planned = (self._plan(*arguments) for arguments in zip(labels, recipes, action_keys, lookups))
+        return [item for item in planned if item is not None]
+
+    def _plan(self, label: str, recipe: dict[str, Any], key: str, lookup: Lookup) -> _Planned | None:
+        """Resolve a hit at once; return a miss to be run (or shown, when dry)."""
         target = self.graph.targets[label]
-        recipe = keys.recipe(target, self._tokens.__getitem__, self.salt)
-        key = keys.action_key(recipe)
-        lookup = self.cache.lookup(key)
         if lookup.outputs is not None:
             self._record(TargetResult(label, Status.CACHED, key, lookup.outputs.directory))
             self._resolve(label, lookup.outputs)

@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from marinbuild.memo import Memo
 from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
 
 ENTRY_FORMAT = 1
+_PARALLEL_LOOKUPS = 32
 
 
 def new_attempt_id() -> str:
@@ -164,6 +166,14 @@ class ActionCache:
         else:
             problem = self.verify(manifest, directory)
         return Lookup(None, problem) if problem else Lookup(Outputs(key, tree_digest, manifest, directory))
+
+    def lookup_many(self, keys: list[str]) -> list[Lookup]:
+        """Look keys up together: on a remote store, concurrently, so that a no-op build of
+        thousands of targets costs round trips in parallel rather than one after another."""
+        if not isinstance(self.store, RemoteStore) or len(keys) < 2:
+            return [self.lookup(key) for key in keys]
+        with ThreadPoolExecutor(max_workers=min(len(keys), _PARALLEL_LOOKUPS)) as pool:
+            return list(pool.map(self.lookup, keys))
 
     def read_entry(self, key: str) -> CacheEntry | str:
         """The entry of `key`, or what is wrong with it."""

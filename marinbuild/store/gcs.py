@@ -44,7 +44,8 @@ def _backend_error_types() -> tuple[type[BaseException], ...]:
     import requests
     from gcsfs.retry import HttpError
 
-    return (OSError, HttpError, aiohttp.ClientError, google.auth.exceptions.GoogleAuthError, requests.RequestException)
+    # gcsfs reports a 400 (an invalid bucket name, say) as ValueError.
+    return (OSError, ValueError, HttpError, aiohttp.ClientError, google.auth.exceptions.GoogleAuthError, requests.RequestException)
 
 
 class GCSStore(RemoteStore):
