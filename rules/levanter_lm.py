@@ -71,6 +71,9 @@ class MetricsFile(Tracker):
         pass  # the recipe in the action-cache entry already records them
 
     def log(self, metrics: Mapping[str, Any], *, step: int | None, commit: bool | None = None) -> None:
+        if step is None:  # not about a step: a value of the run
+            self.log_summary(metrics)
+            return
         if step != self._step:
             self._flush()
             self._step = step
@@ -288,7 +291,7 @@ def _keep_metrics_until_checkpoint(checkpoints: Path, metrics: Path) -> int | No
     """
     latest = discover_latest_checkpoint(str(checkpoints)) if checkpoints.exists() else None
     step = json.loads((Path(latest) / "metadata.json").read_text())["step"] if latest else None
-    kept = [row for row in read_metrics(metrics) if step is not None and row["step"] is not None and row["step"] <= step]
+    kept = [row for row in read_metrics(metrics) if step is not None and row["step"] <= step]
     metrics.write_text("".join(json.dumps(row) + "\n" for row in kept))
     return step
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
@@ -23,35 +22,31 @@ ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
 TRAINER_FIELDS = ("steps", "batch_size", "eval_interval", "checkpoint_interval", "max_eval_batches")
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+class _Shown(dict):
+    """Values for a headline template: numbers to 3 decimals, '?' for what is missing."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def _headline(path: Path, template: str) -> str | None:
     try:
-        return json.loads(path.read_text())
+        values = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def _number(value: Any) -> str:
-    return "?" if value is None else f"{value:.3f}"
+    return template.format_map(_Shown({key: f"{value:.3f}" if isinstance(value, float) else value for key, value in values.items()}))
 
 
 def _train_headline(out: Path) -> str | None:
-    summary = _read_json(out / "summary.json")
-    if summary is None:
-        return None
-    return (
-        f"eval loss {_number(summary.get('eval_loss'))} (at initialisation {_number(summary.get('initial_eval_loss'))}), "
-        f"{summary.get('steps')} steps, {summary.get('tokens')} tokens; model in checkpoint/ and hf/, metrics in metrics.jsonl"
+    return _headline(
+        out / "summary.json",
+        "eval loss {eval_loss} (at initialisation {initial_eval_loss}), {steps} steps, {tokens} tokens; "
+        "model in checkpoint/ and hf/, metrics in metrics.jsonl",
     )
 
 
 def _eval_headline(out: Path) -> str | None:
-    metrics = _read_json(out / "metrics.json")
-    if metrics is None:
-        return None
-    return (
-        f"eval loss {_number(metrics.get('loss'))}, {_number(metrics.get('bpb'))} bits/byte, "
-        f"perplexity {_number(metrics.get('perplexity'))} (metrics.json)"
-    )
+    return _headline(out / "metrics.json", "eval loss {loss}, {bpb} bits/byte, perplexity {perplexity} (metrics.json)")
 
 
 def _positive_int(value: JsonValue) -> bool:
@@ -101,6 +96,11 @@ train_lm = Rule(
 )
 
 
+def _validate_eval(attrs: Mapping[str, JsonValue]) -> None:
+    if not attrs["data"]:
+        raise ValueError("data: name at least one tokenize target to evaluate on")
+
+
 def _eval_lm(ctx: Context) -> None:
     from rules import levanter_lm
 
@@ -116,6 +116,7 @@ eval_lm = Rule(
     impl=_eval_lm,
     doc="Validation loss, bits per byte and perplexity of a train_lm model on tokenized sets -> metrics.json.",
     headline=_eval_headline,
+    validate=_validate_eval,
     attrs={
         "model": Attr(types.LABEL, doc="A train_lm target."),
         "data": Attr(types.LABEL_LIST, doc="tokenize targets whose validation split is evaluated."),

@@ -99,10 +99,13 @@ def test_train_and_evaluate_a_tiny_model(tmp_path: Path) -> None:
     assert dry[f"{PKG}:corpus"] == "would-run" and {dry[f"{PKG}:{name}"] for name in ("tokenizer", "tokens", "model", "eval")} == {"pending"}
 
 
-def test_bad_trainer_fields_fail_at_load(tmp_path: Path) -> None:
+def test_bad_attributes_fail_at_load(tmp_path: Path) -> None:
     ws = _workspace(tmp_path / "ws", _build_file(trainer='{"steps": 6, "epochs": 2}'))
     rc, _out, err = run_cli(ws, "build", f"{PKG}:model")
     assert rc == 2 and "BUILD.marin:6" in err and "unknown fields ['epochs']" in err, err
+    (ws / "exp" / "BUILD.marin").write_text('eval_lm(name = "eval", model = ":model", data = [])\n')
+    rc, _out, err = run_cli(ws, "build", f"{PKG}:eval")
+    assert rc == 2 and "BUILD.marin:1" in err and "name at least one tokenize target" in err, err
 
 
 def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:

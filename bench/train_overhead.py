@@ -1,0 +1,151 @@
+"""Training overhead: the same Levanter run through `marinbuild` and called directly.
+
+Builds the tutorial's data (corpus, tokenizer, token caches) once, untimed, in a fresh
+workspace. Then, alternating, it times `marinbuild build :model` (the whole command:
+start-up, loading, keys, the step's worker process, hashing and publishing the outputs)
+and a plain Python process that builds the identical `TrainLmConfig` and calls
+`levanter.main.train_lm.main` (start-up, imports, training). Each repetition uses a new
+seed, the same in both, so marinbuild never finds the run in its cache. The ratio of
+the medians is marinbuild's cost on top of Levanter's (target: at most 1.05).
+
+Usage: ``python bench/train_overhead.py [--steps N] [--repeats R] [--workdir DIR] [--json-out FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n'
+# The tutorial's data and model (experiments/tutorial/BUILD.marin); the training length
+# is a parameter.
+DATA = """
+load("//rules:lm.star", "llama_nano")
+python_corpus(name = "corpus", sample_count = 2000, validation_fraction = 0.02)
+bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 2048)
+tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
+"""
+OPTIMIZER = {"learning_rate": 3e-3, "weight_decay": 0.1, "warmup": 0.05}
+
+# Run by the direct measurement in its own process: build the rule's Levanter config and
+# call Levanter, nothing else.
+DIRECT = """
+import json, sys
+from pathlib import Path
+from rules import levanter_lm  # first: it keeps Hugging Face and wandb offline
+from levanter.main import train_lm
+attrs, tokens, scratch, tmp = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+sets, tokenizer = levanter_lm.tokenized_sets({attrs["data"]: tokens})
+train_lm.main(levanter_lm.train_config(attrs, sets, tokenizer, scratch, tmp))
+"""
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=120, help="training steps (default: %(default)s, the tutorial's)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each (default: %(default)s)")
+    parser.add_argument("--workdir", type=Path, help="work in this new or empty dir and keep it")
+    parser.add_argument("--json-out", type=Path, help="also write the results here")
+    return parser.parse_args()
+
+
+def attrs(steps: int, seed: int) -> dict:
+    return {
+        "data": "//exp:tokens",
+        "model": {"hidden_dim": 64, "intermediate_dim": 256, "num_layers": 2, "num_heads": 4, "num_kv_heads": 4, "seq_len": 128},
+        "optimizer": OPTIMIZER,
+        "trainer": {"steps": steps, "batch_size": 32, "eval_interval": steps // 2, "checkpoint_interval": steps // 4},
+        "seed": seed,
+    }
+
+
+def model_target(values: dict) -> str:
+    return f"""
+train_lm(
+    name = "model",
+    data = ":tokens",
+    model = {json.dumps(values["model"])},
+    optimizer = {json.dumps(values["optimizer"])},
+    trainer = {json.dumps(values["trainer"])},
+    seed = {values["seed"]},
+)
+"""
+
+
+def marinbuild(ws: Path, *args: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "--json", *args],
+        cwd=ws, capture_output=True, text=True,
+    )
+    if done.returncode != 0:
+        raise benchlib.BenchError(f"marinbuild failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS:]}")
+    return json.loads(done.stdout)
+
+
+def direct(command: list[str], cwd: Path) -> None:
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise benchlib.BenchError(f"the direct run failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS:]}")
+
+
+def timed(run) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    options = parse_args()
+    root = options.workdir or Path(tempfile.mkdtemp(prefix="train-overhead-"))
+    ws = root / "ws"
+    (ws / "rules").mkdir(parents=True)
+    (ws / "rules" / "BUILD.marin").write_text("")
+    shutil.copy(REPO / "rules" / "lm.star", ws / "rules" / "lm.star")
+    (ws / "exp").mkdir()
+    (ws / "marinbuild.toml").write_text(CONFIG)
+    (ws / "exp" / "BUILD.marin").write_text(DATA)
+    benchlib.log("building the data (untimed)")
+    tokens = Path(marinbuild(ws, "//exp:tokens")["targets"][-1]["output"])
+
+    times: dict[str, list[float]] = {"marinbuild": [], "direct": []}
+    for seed in range(options.repeats):
+        values = attrs(options.steps, seed)
+        (ws / "exp" / "BUILD.marin").write_text(DATA + model_target(values))
+        times["marinbuild"].append(timed(lambda: marinbuild(ws, "//exp:model")))
+        run_dir = root / f"direct-{seed}"
+        for part in ("scratch", "tmp"):
+            (run_dir / part).mkdir(parents=True)
+        command = [sys.executable, "-c", DIRECT, json.dumps(values), str(tokens), str(run_dir / "scratch"), str(run_dir / "tmp")]
+        times["direct"].append(timed(lambda: direct(command, run_dir / "tmp")))
+        benchlib.log(f"seed {seed}: marinbuild {times['marinbuild'][-1]:.1f} s, direct {times['direct'][-1]:.1f} s")
+
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    result = {
+        "steps": options.steps,
+        "repeats": options.repeats,
+        "seconds": times,
+        "median_s": medians,
+        "ratio": medians["marinbuild"] / medians["direct"],
+    }
+    print(f"| run | median of {options.repeats} | runs |\n| --- | --- | --- |")
+    for name in times:
+        print(f"| {name} | {medians[name]:.2f} s | {', '.join(f'{t:.2f}' for t in times[name])} |")
+    print(f"\nmarinbuild / direct: {result['ratio']:.3f}")
+    if options.json_out:
+        options.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    if not options.workdir:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
