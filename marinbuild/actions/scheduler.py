@@ -35,7 +35,7 @@ from marinbuild.actions.graph import Graph
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
 from marinbuild.labels import parse_label
-from marinbuild.store import ActionCache, Attempt, Lease, Lookup, Outputs, layout
+from marinbuild.store import ActionCache, Attempt, Lease, Lookup, Outputs, layout, reporting_transfers
 from marinbuild.targets.rule import Execution, Resources, Target
 
 
@@ -283,7 +283,8 @@ class Scheduler:
                 if again.outputs is not None:
                     return _Outcome(again.outputs, time.monotonic() - started, ran=False)
                 attempt = self.cache.start_attempt(planned.key, label, self._attempt_info(planned))
-                return self._attempt(planned, attempt, lease, started)
+                with reporting_transfers(lambda done, total, unit: self.reporter.step_progress(label, done, total, unit)):
+                    return self._attempt(planned, attempt, lease, started)
         except Exception:  # noqa: BLE001 - a bug or an I/O error must fail one step, not hang the build
             return _Outcome(None, time.monotonic() - started, f"internal error:\n{traceback.format_exc()}")
 

@@ -10,6 +10,7 @@ from marinbuild.store import layout
 from marinbuild.store.action_cache import ActionCache, Attempt, CacheEntry, Lookup, Outputs
 from marinbuild.store.base import Lease, ObjectStat, Store
 from marinbuild.store.local import LocalStore
+from marinbuild.store.remote import reporting_transfers
 
 __all__ = [
     "ActionCache",
@@ -22,6 +23,7 @@ __all__ = [
     "Store",
     "initialize",
     "open_store",
+    "reporting_transfers",
     "require_leases",
     "store_salt",
 ]

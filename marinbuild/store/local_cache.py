@@ -77,7 +77,7 @@ class LocalCache:
             return tree
         wanted = {item.digest: item for item in manifest.files if not self._blob(item.digest).exists()}
         downloads = {f"{prefix}/{item.path}": self._temporary(item.digest) for item in wanted.values()}
-        store.get_files(downloads)
+        store.get_files(downloads, sum(item.size for item in wanted.values()))
         for (path, local), item in zip(downloads.items(), wanted.values()):
             if digest_file(local) != item.digest:
                 local.unlink()

@@ -20,7 +20,10 @@ import contextlib
 import functools
 import hashlib
 import shutil
+import threading
+import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +31,61 @@ from marinbuild.errors import StoreError
 from marinbuild.store.base import Lease, ObjectStat, Store, WaitingFn
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
+
+# (done, total, unit), as a step reports its own progress.
+TransferProgressFn = Callable[[float, "float | None", str], None]
+_transfer_progress: ContextVar[TransferProgressFn | None] = ContextVar("marinbuild_transfer_progress", default=None)
+
+
+@contextlib.contextmanager
+def reporting_transfers(progress: TransferProgressFn) -> Iterator[None]:
+    """Report the uploads and downloads this thread makes (MiB, files, rate) to `progress`."""
+    token = _transfer_progress.set(progress)
+    try:
+        yield
+    finally:
+        _transfer_progress.reset(token)
+
+
+def _transfer_callback(verb: str, total_bytes: int) -> Any:
+    """An fsspec callback for a batch transfer, reporting to this thread's progress function."""
+    from fsspec.callbacks import Callback, NoOpCallback
+
+    report = _transfer_progress.get()
+    if report is None:
+        return NoOpCallback()
+
+    class _File(Callback):
+        def __init__(self, batch: _Batch):
+            super().__init__()
+            self.batch = batch
+
+        def call(self, *args: Any, **kwargs: Any) -> None:
+            self.batch.show()
+
+    class _Batch(Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.files: list[_File] = []
+            self.started = time.monotonic()
+            self.lock = threading.Lock()
+
+        def branched(self, path_1: str, path_2: str, **kwargs: Any) -> _File:
+            child = _File(self)
+            with self.lock:
+                self.files.append(child)
+            return child
+
+        def call(self, *args: Any, **kwargs: Any) -> None:
+            self.show()
+
+        def show(self) -> None:
+            with self.lock:
+                done = sum(child.value for child in self.files)
+            rate = done / max(time.monotonic() - self.started, 1e-3) / 2**20
+            report(done / 2**20, total_bytes / 2**20, f"MiB {verb} ({self.value}/{self.size} files, {rate:.0f} MiB/s)")
+
+    return _Batch()
 
 
 def backend_errors(method: _Method) -> _Method:
@@ -152,7 +210,8 @@ class RemoteStore(Store):
             self.delete(path)  # a crashed attempt's leftovers: no entry points at them
         files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
         if files:
-            self.fs.put([str(local / name) for name in files], [self._full(f"{path}/{name}") for name in files])
+            callback = _transfer_callback("uploaded", sum((local / name).stat().st_size for name in files))
+            self.fs.put([str(local / name) for name in files], [self._full(f"{path}/{name}") for name in files], callback=callback)
         stored = self.stat_tree(path)
         checksums: dict[str, str] = {}
         for name in files:
@@ -172,10 +231,12 @@ class RemoteStore(Store):
         shutil.move(local, mirror)
 
     @backend_errors
-    def get_files(self, files: Mapping[str, Path]) -> None:
-        """Download objects to local files, concurrently where the backend can."""
+    def get_files(self, files: Mapping[str, Path], total_bytes: int = 0) -> None:
+        """Download objects to local files, concurrently where the backend can (`total_bytes`
+        only serves the progress report)."""
         if files:
-            self.fs.get([self._full(path) for path in files], [str(local) for local in files.values()])
+            callback = _transfer_callback("downloaded", total_bytes)
+            self.fs.get([self._full(path) for path in files], [str(local) for local in files.values()], callback=callback)
 
     def local_path(self, path: str) -> Path:
         return self.local_dir / path
