@@ -236,16 +236,22 @@ def _check_python_corpus(attrs: Mapping[str, JsonValue]) -> None:
     check_corpus_attrs(attrs)
 
 
+def _stdlib_inputs(_attrs: Mapping[str, JsonValue]) -> dict[str, Path]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return {path.relative_to(root).as_posix(): path for path in stdlib_files(root)}
+
+
 python_corpus = Rule(
     name="python_corpus",
     impl=_python_corpus,
+    external_inputs=_stdlib_inputs,
     execution=Execution.SUBPROCESS,
     validate=_check_python_corpus,
     doc=(
         "The default corpus, on any machine and offline: the running interpreter's standard "
         "library (tests skipped), cut into documents of at most chunk_characters at line ends. "
-        "The key holds the Python version; summary.json lists the digest of every file read, "
-        "so downstream keys follow the files' content. Output: train/ and validation/ JSONL "
+        "The key holds the Python version and the digest of every file read (as external "
+        "inputs), and summary.json lists them too. Output: train/ and validation/ JSONL "
         "shards of {'text': ...} lines and summary.json."
     ),
     attrs={

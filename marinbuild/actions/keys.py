@@ -10,7 +10,8 @@ dependents' keys (and so their outputs) untouched.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from marinbuild.hashing import canonical_json, digest_bytes
@@ -29,14 +30,21 @@ def output_token(tree_digest: str) -> str:
     return f"output:{tree_digest}"
 
 
-def recipe(target: Target, token: Callable[[str], str], salt: str) -> dict[str, Any]:
+def recipe(target: Target, token: Callable[[str], str], salt: str, external: str | None = None) -> dict[str, Any]:
+    """`external` is the digest of the rule's external inputs, for rules that declare them."""
     return {
         "format": KEY_FORMAT,
         "rule": target.rule.name,
         "version": target.rule.version,
         "attrs": target.map_labels(token, identity_only=True),
         "salt": salt,
+        **({"external": external} if external is not None else {}),
     }
+
+
+def external_digest(files: Mapping[str, Path], digest: Callable[[Path], str]) -> str:
+    """One digest over (name, content digest) of every external input file."""
+    return digest_bytes(canonical_json({name: digest(path) for name, path in sorted(files.items())}).encode())
 
 
 def action_key(recipe_: dict[str, Any]) -> str:

@@ -190,11 +190,21 @@ class Scheduler:
             digest, _size = self.cache.stat_cache.digest(source.path)
             self._tokens[label] = keys.source_token(source.label.name, digest)
 
+    def _external(self, label: str) -> str | None:
+        target = self.graph.targets[label]
+        if target.rule.external_inputs is None:
+            return None
+        files = target.rule.external_inputs(target.attrs)
+        return keys.external_digest(files, lambda path: self.cache.stat_cache.digest(path)[0])
+
     def _plan_ready(self) -> list[_Planned]:
         """Plan every ready target, looking their keys up together (in parallel on a remote store)."""
         labels = list(self._ready)
         self._ready.clear()
-        recipes = [keys.recipe(self.graph.targets[label], self._tokens.__getitem__, self.salt) for label in labels]
+        recipes = [
+            keys.recipe(self.graph.targets[label], self._tokens.__getitem__, self.salt, self._external(label))
+            for label in labels
+        ]
         action_keys = [keys.action_key(recipe) for recipe in recipes]
         lookups = self.cache.lookup_many(action_keys)
         planned = (self._plan(*arguments) for arguments in zip(labels, recipes, action_keys, lookups))

@@ -90,6 +90,10 @@ class Rule:
     packages: tuple[str, ...] = ()
     # Checks across attributes at load time; raises ValueError so the error names the BUILD line.
     validate: Callable[[Mapping[str, JsonValue]], None] | None = None
+    # Files outside the workspace the step reads, by a stable name (e.g. the interpreter's
+    # standard library): their content digests enter the key, hashed through the stat
+    # cache like source files, so the key follows their content and never their location.
+    external_inputs: Callable[[Mapping[str, JsonValue]], Mapping[str, Path]] | None = None
     # One line about an output (e.g. its final loss), printed after a build that names the
     # target. It reads the output directory, so it must be cheap; None when there is nothing to say.
     headline: Callable[[Path], str | None] | None = None
