@@ -14,6 +14,7 @@ from pathlib import Path
 from marinbuild.errors import GraphError, LabelError, Location, did_you_mean
 from marinbuild.labels import Label, PatternKind, TargetPattern, parse_label
 from marinbuild.packages import BUILD_FILE, PackageLoader
+from marinbuild.packages.loader import enclosing_subpackage
 from marinbuild.targets.rule import Target
 
 MANUAL = "manual"
@@ -144,17 +145,14 @@ def resolve(loader: PackageLoader, text: str, referrer: Target | None = None) ->
 
 
 def _check_inside_package(loader: PackageLoader, label: Label, path: Path, where: Location | None) -> None:
-    root = loader.workspace.package_dir(label.package)
-    directory = path.parent
-    while directory != root:
-        if (directory / BUILD_FILE).is_file():
-            sub = directory.relative_to(loader.workspace.root).as_posix()
-            raise GraphError(
-                f"label '{label}' crosses into package '//{sub}'",
-                location=where,
-                hint=f"refer to it as '//{sub}:{path.relative_to(directory).as_posix()}'",
-            )
-        directory = directory.parent
+    directory = enclosing_subpackage(loader.workspace.package_dir(label.package), path)
+    if directory is not None:
+        sub = directory.relative_to(loader.workspace.root).as_posix()
+        raise GraphError(
+            f"label '{label}' crosses into package '//{sub}'",
+            location=where,
+            hint=f"refer to it as '//{sub}:{path.relative_to(directory).as_posix()}'",
+        )
 
 
 def _topological_order(graph: Graph) -> list[str]:

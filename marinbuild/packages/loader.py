@@ -381,14 +381,17 @@ def glob_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -
     return sorted(
         path.relative_to(root).as_posix()
         for path in matches(include) - matches(exclude)
-        if path.name != BUILD_FILE and not _in_subpackage(root, path)
+        if path.name != BUILD_FILE and enclosing_subpackage(root, path) is None
     )
 
 
-def _in_subpackage(root: Path, path: Path) -> bool:
+def enclosing_subpackage(root: Path, path: Path) -> Path | None:
+    """The directory of the innermost subpackage of the package at `root` holding `path`, if any.
+
+    A file below such a directory belongs to that package, not to the one at `root`."""
     directory = path.parent
     while directory != root:
         if (directory / BUILD_FILE).is_file():
-            return True
+            return directory
         directory = directory.parent
-    return False
+    return None
