@@ -92,12 +92,16 @@ class Session:
             stores.require_leases(self.store, self.unsafe_no_locking)
             stores.initialize(self.store)
         started = time.time()
-        result = Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root).run()
+        scheduler = Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root)
+        result = scheduler.run()
         if not options.dry_run:
-            self._record_invocation(patterns, result, started)
+            self._record_invocation(patterns, result, started, scheduler.provenance)
         return result
 
-    def _record_invocation(self, patterns: Sequence[str], result: BuildResult, started: float) -> None:
+    def _record_invocation(
+        self, patterns: Sequence[str], result: BuildResult, started: float, provenance: Provenance
+    ) -> None:
+        """The provenance is the scheduler's, so git is asked about the workspace once per build."""
         invocation_id = new_attempt_id()
         record = {
             "id": invocation_id,
@@ -109,7 +113,7 @@ class Session:
             "targets": [
                 {"label": item.label, "key": item.key, "status": item.status.value} for item in result.results.values()
             ],
-            **Provenance(self.workspace.root).invocation,
+            **provenance.invocation,
         }
         self.store.write_bytes(layout.invocation(invocation_id), canonical_json(record).encode())
 
