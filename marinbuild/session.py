@@ -16,16 +16,17 @@ from pathlib import Path
 from marinbuild import store as stores
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
-from marinbuild.actions.scheduler import BuildOptions, Provenance, Scheduler
+from marinbuild.actions.scheduler import BuildOptions, Scheduler
 from marinbuild.errors import GraphError, StoreError
-from marinbuild.labels import parse_pattern
+from marinbuild import provenance
+from marinbuild.labels import matches_patterns, parse_label, parse_pattern
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
 from marinbuild.memo import Memo
 from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
 from marinbuild.hashing import StatCache, canonical_json
 from marinbuild.store import ActionCache, layout
 from marinbuild.store.local_cache import LocalCache
-from marinbuild.store.action_cache import ENTRY_FORMAT, new_attempt_id
+from marinbuild.store.action_cache import ENTRY_FORMAT
 from marinbuild.packages.rule_modules import workspace_rules
 from marinbuild.query import QueryResult, Universe, run_query
 
@@ -93,29 +94,36 @@ class Session:
             stores.initialize(self.store)
         started = time.time()
         scheduler = Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root)
-        result = scheduler.run()
-        if not options.dry_run:
-            self._record_invocation(patterns, result, started, scheduler.provenance)
+        if options.dry_run:
+            return scheduler.run()
+        self._record_invocation(patterns, scheduler, started, "running")
+        try:
+            result = scheduler.run()
+        except KeyboardInterrupt:
+            self._record_invocation(patterns, scheduler, started, "interrupted")
+            raise
+        self._record_invocation(patterns, scheduler, started, "succeeded" if result.ok else "failed")
         return result
 
-    def _record_invocation(
-        self, patterns: Sequence[str], result: BuildResult, started: float, provenance: Provenance
-    ) -> None:
-        """The provenance is the scheduler's, so git is asked about the workspace once per build."""
-        invocation_id = new_attempt_id()
+    def _record_invocation(self, patterns: Sequence[str], scheduler: Scheduler, started: float, outcome: str) -> None:
+        """Written when the build starts and again when it ends (provenance/history.py).
+        The provenance is the scheduler's, so git is asked about the workspace once per build."""
+        results = scheduler.result.results
         record = {
-            "id": invocation_id,
+            "id": scheduler.provenance.invocation_id,
             "patterns": list(patterns),
             "cwd": os.fspath(self.cwd),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "duration_s": round(time.time() - started, 3),
-            "counts": result.counts,
+            "result": outcome,
+            "counts": scheduler.result.counts,
             "targets": [
-                {"label": item.label, "key": item.key, "status": item.status.value} for item in result.results.values()
+                results[label].to_json() if label in results else {"label": label, "key": None, "status": "pending"}
+                for label in scheduler.graph.order
             ],
-            **provenance.invocation,
+            **scheduler.provenance.invocation,
         }
-        self.store.write_bytes(layout.invocation(invocation_id), canonical_json(record).encode())
+        self.store.write_bytes(layout.invocation(scheduler.provenance.invocation_id), canonical_json(record).encode())
 
     def dry_run(self, labels: Sequence[str]) -> BuildResult:
         """What building these rule targets would do; reads the store, writes nothing to it."""
@@ -127,8 +135,19 @@ class Session:
 
     def last_attempt_status(self, key: str) -> str | None:
         """How the newest attempt at `key` ended (`failed`, `succeeded`, ...), if there was one."""
-        record = self.cache.last_attempt(key)
-        return None if record is None else record.get("status")
+        record = provenance.last_attempt(self.store, key)
+        return None if record is None else record.status.value
+
+    def attempts(self, label: str) -> list[provenance.AttemptRecord]:
+        """Every recorded attempt of a target, at any of its keys, oldest first. `label` may
+        be relative to the current directory; the target need not exist any more."""
+        return provenance.label_attempts(self.store, str(parse_label(label, self.workspace.package_of(self.cwd))))
+
+    def history(self, patterns: Sequence[str] = (), limit: int | None = None, ran_only: bool = True) -> list[provenance.HistoryItem]:
+        """The newest builds that ran (or skipped) a target the patterns match (all, without patterns)."""
+        cwd_package = self.workspace.package_of(self.cwd)
+        parsed = [parse_pattern(text, cwd_package) for text in patterns]
+        return provenance.history(self.store, lambda label: matches_patterns(parsed, parse_label(label)), limit, ran_only)
 
     def query(self, expression: str, keep_going: bool = False) -> QueryResult:
         """Evaluate a query expression (docs/query.md). Writes nothing to the store."""

@@ -17,8 +17,9 @@ import blake3
 import pytest
 
 from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses
+from marinbuild import provenance
 from marinbuild.errors import StoreError
-from marinbuild.store import layout, open_store, reporting_transfers
+from marinbuild.store import AttemptStatus, layout, open_store, reporting_transfers
 from marinbuild.store.gcs import GCSStore
 from marinbuild.store.lease_object import LeaseSettings, held_lease
 from marinbuild.store.local_cache import LocalCache
@@ -291,6 +292,9 @@ def test_a_runner_whose_lease_is_taken_stops_its_action_and_does_not_publish(mak
     (target,) = json.loads(out)["targets"]
     assert target["status"] == "failed" and "lost the lease" in target["reason"], target
     assert store.list("ac") == []
+    # The attempt is on record as stopped for a lost lease, not as a failure of the step.
+    [record] = provenance.key_attempts(store, target["key"])
+    assert record.status is AttemptStatus.LEASE_LOST and "lost the lease" in record.error
 
 
 DAMAGEABLE = """\

@@ -29,6 +29,7 @@ class TargetResult:
     reason: str | None = None  # why it ran, was skipped, or failed
     log: Path | None = None  # the attempt's log in the store, for failures
     headline: str | None = None  # the rule's one line about the output of a requested target
+    attempt: str | None = None  # the id of the attempt that ran it in this build (built or failed)
 
     def to_json(self) -> dict:
         return {
@@ -40,6 +41,7 @@ class TargetResult:
             **({"reason": self.reason} if self.reason else {}),
             **({"log": str(self.log)} if self.log else {}),
             **({"headline": self.headline} if self.headline else {}),
+            **({"attempt": self.attempt} if self.attempt else {}),
         }
 
 

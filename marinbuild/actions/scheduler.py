@@ -19,6 +19,7 @@ import platform
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -35,7 +36,8 @@ from marinbuild.actions.graph import Graph
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
 from marinbuild.labels import parse_label
-from marinbuild.store import ActionCache, Attempt, Lease, Lookup, Outputs, layout, reporting_transfers
+from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, layout, reporting_transfers
+from marinbuild.store.action_cache import new_attempt_id
 from marinbuild.targets.rule import Execution, Resources, Target
 
 
@@ -68,13 +70,16 @@ class _Outcome:
     error: str | None = None
     log: Path | None = None
     ran: bool = True  # False when another builder published it while we waited
+    attempt: str | None = None  # the id of the attempt that ran it
 
 
 class Provenance:
-    """Who, where and with what a step was built; computed once per invocation."""
+    """Who, where and with what a step was built; computed once per invocation, which
+    `invocation_id` names in the invocation record and in every attempt it made."""
 
     def __init__(self, workspace: Path):
         self.workspace = workspace
+        self.invocation_id = new_attempt_id()
         self._versions: dict[str, str | None] = {}
 
     @cached_property
@@ -143,6 +148,7 @@ class Scheduler:
         self._waiting = {label: len(set(graph.rule_deps(label))) for label in graph.targets}
         self._ready: deque[str] = deque()  # targets whose inputs are all known
         self._requested = set(graph.requested)
+        self._interrupted = threading.Event()  # set on Ctrl-C: steps still finishing record `cancelled`
 
     # -- the coordinator loop ------------------------------------------------------------
 
@@ -169,7 +175,11 @@ class Scheduler:
                     running[pool.submit(self._execute, planned)] = planned
                 if not running:
                     continue
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                try:
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                except KeyboardInterrupt:
+                    self._interrupted.set()  # before the pool waits for the running steps to stop
+                    raise
                 for future in done:
                     planned = running.pop(future)
                     used = _add(used, planned.target.resources, -1)
@@ -241,13 +251,15 @@ class Scheduler:
         label = str(planned.target.label)
         if outcome.outputs is None:
             self._record(
-                TargetResult(label, Status.FAILED, planned.key, None, outcome.duration_s, outcome.error, outcome.log)
+                TargetResult(
+                    label, Status.FAILED, planned.key, None, outcome.duration_s, outcome.error, outcome.log, attempt=outcome.attempt
+                )
             )
             for dependent in self._downstream(label):
                 self._record(TargetResult(dependent, Status.SKIPPED, reason=f"dependency {label} failed"))
             return False
         status = Status.BUILT if outcome.ran else Status.CACHED
-        self._record(TargetResult(label, status, planned.key, outcome.outputs.directory, outcome.duration_s))
+        self._record(TargetResult(label, status, planned.key, outcome.outputs.directory, outcome.duration_s, attempt=outcome.attempt))
         self._resolve(label, outcome.outputs)
         return True
 
@@ -304,6 +316,7 @@ class Scheduler:
             "rule": rule.name,
             "rule_version": rule.version,
             "started": _now(),
+            "invocation": self.provenance.invocation_id,
             **self.provenance.invocation,
             "packages": self.provenance.packages(rule.packages),
         }
@@ -326,6 +339,7 @@ class Scheduler:
         lease.on_lost = context.processes.stop
         if lease.lost:
             context.processes.stop()
+        exit_status: int | None = None
         try:
             if planned.target.rule.execution is Execution.SUBPROCESS:
                 _run_in_subprocess(planned.target, context)
@@ -333,19 +347,25 @@ class Scheduler:
                 planned.target.rule.impl(context)
             error = None
         except StepFailed as failure:
-            error = str(failure)
+            error, exit_status = str(failure), failure.exit_status
         except Exception as failure:  # noqa: BLE001 - the rule's own bug, reported with its traceback
             context.log.error("%s", traceback.format_exc())
             error = f"{type(failure).__name__}: {failure}"
         finally:
             close_logger(context.log)
+        status = AttemptStatus.FAILED
         if lease.lost:
+            status = AttemptStatus.LEASE_LOST
             error = "lost the lease on this key to another builder; stopped the step and did not publish it"
+        elif error is not None and self._was_interrupted(exit_status):
+            status = AttemptStatus.CANCELLED
+            error = f"the build was interrupted while the step ran: {error}"
         duration = time.monotonic() - started
         log = self.cache.store.local_path(layout.attempt_log(planned.key, attempt.attempt_id))
         if error is not None:
-            self.cache.finish_attempt(attempt, "failed", error=error, finished=_now(), duration_s=duration)
-            return _Outcome(None, duration, error, log)
+            details = {"exit_status": exit_status} if exit_status is not None else {}
+            self.cache.finish_attempt(attempt, status, error=error, finished=_now(), duration_s=duration, **details)
+            return _Outcome(None, duration, error, log, attempt=attempt.attempt_id)
         provenance = {
             **attempt.record,
             "finished": _now(),
@@ -353,8 +373,16 @@ class Scheduler:
         }
         provenance.pop("status", None)
         outputs = self.cache.publish(attempt, planned.recipe, provenance)
-        self.cache.finish_attempt(attempt, "succeeded", finished=_now(), duration_s=duration)
-        return _Outcome(outputs, duration, log=log)
+        self.cache.finish_attempt(attempt, AttemptStatus.SUCCEEDED, finished=_now(), duration_s=duration)
+        return _Outcome(outputs, duration, log=log, attempt=attempt.attempt_id)
+
+    def _was_interrupted(self, exit_status: int | None) -> bool:
+        """Whether the build was interrupted. A step killed by a signal may have died of the
+        very Ctrl-C that interrupts the build, which the coordinator thread may not have
+        seen yet: give it a moment to say so."""
+        if exit_status is not None and exit_status < 0:
+            return self._interrupted.wait(_SIGNAL_GRACE_S)
+        return self._interrupted.is_set()
 
     def _inputs(self, target: Target) -> dict[str, InputFiles]:
         inputs: dict[str, InputFiles] = {}
@@ -376,6 +404,9 @@ class Scheduler:
         return scratch
 
 
+_SIGNAL_GRACE_S = 2.0
+
+
 def _add(used: Resources, need: Resources, sign: int) -> Resources:
     return Resources(cpu=used.cpu + sign * need.cpu, memory_gb=used.memory_gb + sign * need.memory_gb)
 
@@ -388,6 +419,7 @@ def _run_in_subprocess(target: Target, context: Context) -> None:
     """Run the rule in `python -m marinbuild.actions.worker`, relaying progress."""
     request = json.dumps({"impl": target.rule.impl_path, "context": context.to_json()})
     error: str | None = None
+    exit_status: int | None = None
     with open(context.log_path, "ab") as log, context.processes.popen(
         [sys.executable, "-m", "marinbuild.actions.worker"],
         stdin=subprocess.PIPE,
@@ -405,8 +437,8 @@ def _run_in_subprocess(target: Target, context: Context) -> None:
             if "progress" in message:
                 context.progress(*message["progress"])
             elif "error" in message:
-                error = message["error"]
+                error, exit_status = message["error"], message.get("exit_status")
         returncode = process.wait()
     if returncode != 0:
-        raise StepFailed(error or f"worker process exited with status {returncode}")
+        raise StepFailed(error or f"worker process exited with status {returncode}", exit_status if error else returncode)
 

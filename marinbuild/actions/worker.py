@@ -42,8 +42,10 @@ def main() -> int:
     try:
         import_impl(request["impl"])(context)
     except StepFailed as failure:
-        emit({"error": str(failure)})
+        emit({"error": str(failure), "exit_status": failure.exit_status})
         return 1
+    except KeyboardInterrupt:
+        raise  # dies of the signal, so that the builder sees a step killed by Ctrl-C
     except BaseException as error:  # noqa: BLE001 - the step's own failure, reported in full
         context.log.error("%s", traceback.format_exc())
         emit({"error": f"{type(error).__name__}: {error}"})

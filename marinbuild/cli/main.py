@@ -19,7 +19,9 @@ import marinbuild
 from marinbuild.actions.scheduler import BuildOptions
 from marinbuild.actions.results import Reporter
 from marinbuild.cli.progress import PlainReporter
-from marinbuild.errors import MarinbuildError
+from marinbuild import provenance
+from marinbuild.cli import records
+from marinbuild.errors import MarinbuildError, StoreError
 from marinbuild.query import FORMATS, from_command_line
 from marinbuild.session import Session
 from marinbuild.store import maintenance
@@ -148,6 +150,55 @@ def build(ctx: click.Context, patterns: tuple[str, ...], jobs: int | None, keep_
 def where(ctx: click.Context, label: str) -> None:
     """Print the output directory of a built target."""
     click.echo(_session(ctx).where(label))
+
+
+@cli.command()
+@click.argument("label")
+@click.option("--attempt", "number", type=int, default=-1, show_default=True, help="Which attempt: 1 is the first, -1 the newest ('marinbuild log --list' numbers them).")
+@click.option("--list", "list_only", is_flag=True, help="List the target's attempts instead of printing a log.")
+@click.pass_context
+@_handles_errors
+def log(ctx: click.Context, label: str, number: int, list_only: bool) -> None:
+    """Print the log of a target's newest attempt (failed ones too, and one still running).
+
+    The attempt's record (result, host, error) goes to stderr, the log to stdout.
+    """
+    session = _session(ctx)
+    attempts = session.attempts(label)
+    if not attempts:
+        raise StoreError(f"no attempt of {label} is recorded in {session.store.url}", hint="'marinbuild history' lists what was built")
+    if list_only:
+        for index, record in enumerate(attempts, start=1):
+            click.echo(f"{index:3}  {records.attempt_line(record)}")
+        return
+    if not (-len(attempts) <= number <= len(attempts)) or number == 0:
+        raise click.BadParameter(f"{label} has {len(attempts)} attempts: use 1..{len(attempts)} or -1..-{len(attempts)}", param_hint="--attempt")
+    index = number - 1 if number > 0 else len(attempts) + number
+    record = attempts[index]
+    click.echo(records.log_header(record, index + 1, len(attempts)), err=True)
+    text = provenance.read_log(session.store, record)
+    if text is None:
+        click.echo("(no log in the store: it is uploaded when the attempt ends)", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command()
+@click.argument("patterns", nargs=-1)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="How many builds to show.")
+@click.option("--all", "show_cached", is_flag=True, help="Also list the targets a build found cached.")
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+@click.pass_context
+@_handles_errors
+def history(ctx: click.Context, patterns: tuple[str, ...], limit: int, show_cached: bool, as_json: bool) -> None:
+    """List the newest builds and the attempts they made (who built what, when, and how it
+    ended, failures included), for the targets PATTERNS match (default: all)."""
+    items = _session(ctx).history(patterns, limit, ran_only=not show_cached)
+    if as_json:
+        click.echo(json.dumps([item.to_json() for item in items], indent=2))
+        return
+    for line in records.history_lines(items):
+        click.echo(line)
 
 
 @cli.command()

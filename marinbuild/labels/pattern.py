@@ -43,6 +43,24 @@ class TargetPattern:
         """Whether `package` lies under this recursive pattern's root."""
         return self.package == "" or package == self.package or package.startswith(self.package + "/")
 
+    def matches(self, label: Label) -> bool:
+        """Whether the pattern names `label`, without loading anything (`manual` tags aside):
+        for records of targets that may no longer exist."""
+        if self.kind is PatternKind.TARGET:
+            return label == self.label
+        if self.kind is PatternKind.PACKAGE:
+            return label.package == self.package
+        return self.covers_package(label.package)
+
+
+def matches_patterns(patterns: list[TargetPattern], label: Label) -> bool:
+    """Whether patterns applied in order (a subtraction removes) take in `label`; no pattern takes in all."""
+    taken = not patterns or patterns[0].negative
+    for pattern in patterns:
+        if pattern.matches(label):
+            taken = not pattern.negative
+    return taken
+
 
 def parse_pattern(text: str, cwd_package: str = "") -> TargetPattern:
     """Parse one command-line pattern; a leading '-' marks a subtraction."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from marinbuild.errors import StoreError
 from marinbuild.store import layout
-from marinbuild.store.action_cache import ActionCache, Attempt, CacheEntry, Lookup, Outputs
+from marinbuild.store.action_cache import ActionCache, Attempt, AttemptStatus, CacheEntry, Lookup, Outputs
 from marinbuild.store.base import Lease, ObjectStat, Store
 from marinbuild.store.local import LocalStore
 from marinbuild.store.remote import reporting_transfers
@@ -15,6 +15,7 @@ from marinbuild.store.remote import reporting_transfers
 __all__ = [
     "ActionCache",
     "Attempt",
+    "AttemptStatus",
     "CacheEntry",
     "Lease",
     "Lookup",

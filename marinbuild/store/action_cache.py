@@ -13,6 +13,7 @@ entry records; a lookup compares them with one listing, and files are downloaded
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import secrets
@@ -39,6 +40,16 @@ _PARALLEL_LOOKUPS = 32
 def new_attempt_id() -> str:
     """Sortable by time, unique across machines."""
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class AttemptStatus(str, enum.Enum):
+    """How an attempt ended. Only `succeeded` publishes; `query failed()` means `failed`."""
+
+    RUNNING = "running"  # not finished yet, or its builder died without saying
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the step itself failed
+    CANCELLED = "cancelled"  # the build was interrupted while the step ran
+    LEASE_LOST = "lease_lost"  # another builder took the key over; this one stopped
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,7 @@ class Attempt:
 
     @property
     def log_path(self) -> Path:
-        return self.staging / "log.txt"
+        return self.staging / layout.STAGING_LOG
 
 
 class ActionCache:
@@ -240,17 +251,6 @@ class ActionCache:
                 return f"output file {item.path} does not match its manifest (corrupt)"
         return None
 
-    def last_attempt(self, key: str) -> dict[str, Any] | None:
-        """The record of the newest attempt at `key` (attempt ids sort by time), if any."""
-        records = [path for path in self.store.list(layout.attempts(key)) if path.endswith(".json")]
-        if not records:
-            return None
-        data = self.store.read_bytes(max(records))
-        try:
-            return json.loads(data) if data is not None else None
-        except ValueError:
-            return None
-
     # -- running and publishing ----------------------------------------------------------
 
     def start_attempt(self, key: str, label: str, info: dict[str, Any]) -> Attempt:
@@ -260,13 +260,14 @@ class ActionCache:
         attempt.out.mkdir()
         attempt.tmp.mkdir()
         attempt.log_path.touch()
-        attempt.record = {"key": key, "label": label, "attempt": attempt_id, "status": "running", **info}
+        attempt.record = {"key": key, "label": label, "attempt": attempt_id, "status": AttemptStatus.RUNNING.value, **info}
         self.store.write_bytes(layout.attempt_record(key, attempt_id), canonical_json(attempt.record).encode())
+        self.store.write_bytes(layout.label_attempt(label, attempt_id, key), label.encode())
         return attempt
 
-    def finish_attempt(self, attempt: Attempt, status: str, **details: Any) -> None:
+    def finish_attempt(self, attempt: Attempt, status: AttemptStatus, **details: Any) -> None:
         """Record the outcome and log of an attempt, and drop its staging directory."""
-        attempt.record.update(status=status, **details)
+        attempt.record.update(status=status.value, **details)
         self.store.put_file(attempt.log_path, layout.attempt_log(attempt.key, attempt.attempt_id))
         self.store.write_bytes(
             layout.attempt_record(attempt.key, attempt.attempt_id), canonical_json(attempt.record).encode()

@@ -7,15 +7,19 @@ hex digits of the key so that no directory (or GCS prefix) grows huge or hot.
     ac/<kk>/<key>.json                  action-cache entry, created once, never rewritten
     out/<kk>/<key>/...                  the outputs of a published entry
     attempts/<kk>/<key>/<id>.json|.log  every attempt (failures too) and its log
+    labels/<ld>/<id>.<key>              an index of the attempts of one label (ld: its digest)
     invocations/<id>.json               one record per build command
     scratch/<kk>/<key>/                 stable per-key scratch for resumable rules
     locks/<kk>/<key>.lock               leases: one runner per key at a time
     pins/<key>                          keys `cache gc` keeps whatever the workspace says
     tmp/<id>/                           staging of running attempts (never read as output)
+    tmp/<id>/log.txt                    the log of a running attempt, as it is written
     quarantine/<key>.<id>.json          entries found corrupt, moved aside before a rebuild
 """
 
 from __future__ import annotations
+
+from marinbuild.hashing import digest_bytes
 
 METADATA = "store.json"
 
@@ -42,6 +46,15 @@ def attempt_record(key: str, attempt_id: str) -> str:
 
 def attempt_log(key: str, attempt_id: str) -> str:
     return f"{attempts(key)}/{attempt_id}.log"
+
+
+def label_attempts(label: str) -> str:
+    """The index of a label's attempts: a label is not a path, so it is named by its digest."""
+    return f"labels/{digest_bytes(label.encode())[:32]}"
+
+
+def label_attempt(label: str, attempt_id: str, key: str) -> str:
+    return f"{label_attempts(label)}/{attempt_id}.{key}"
 
 
 def invocation(invocation_id: str) -> str:
@@ -74,6 +87,13 @@ def key_of(path: str) -> str | None:
 
 def staging(attempt_id: str) -> str:
     return f"tmp/{attempt_id}"
+
+
+STAGING_LOG = "log.txt"  # a running attempt's log, inside its staging directory
+
+
+def staging_log(attempt_id: str) -> str:
+    return f"{staging(attempt_id)}/{STAGING_LOG}"
 
 
 def quarantine(key: str, attempt_id: str) -> str:

@@ -23,7 +23,14 @@ ProgressFn = Callable[[float, "float | None", str], None]
 
 
 class StepFailed(Exception):
-    """Raised by a rule implementation for an expected failure: the message is shown, not a traceback."""
+    """Raised by a rule implementation for an expected failure: the message is shown, not a traceback.
+
+    `exit_status` is the status of the command that failed, when a command did; it is
+    kept in the attempt record."""
+
+    def __init__(self, message: str, exit_status: int | None = None):
+        super().__init__(message)
+        self.exit_status = exit_status
 
 
 class ChildProcesses:

@@ -98,7 +98,7 @@ def _run(ctx: Context) -> None:
     ) as process:
         returncode = process.wait()
     if returncode != 0:
-        raise StepFailed(f"command exited with status {returncode}")
+        raise StepFailed(f"command exited with status {returncode}", returncode)
     missing = [out for out in ctx.attrs["outs"] if not (ctx.out / out).is_file()]
     if missing:
         raise StepFailed(f"declared outputs were not created: {', '.join(missing)}")

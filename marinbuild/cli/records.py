@@ -1,0 +1,53 @@
+"""How `log` and `history` print the store's attempt and invocation records."""
+
+from __future__ import annotations
+
+from marinbuild.actions.keys import short
+from marinbuild.provenance import AttemptRecord, HistoryItem
+
+
+def attempt_line(record: AttemptRecord) -> str:
+    """One line per attempt: when, result, where, how long, and the error of a failure."""
+    parts = [
+        record.started or "?",
+        f"{record.status.value:10}",
+        record.label,
+        f"key {short(record.key)}",
+        f"attempt {record.attempt_id}",
+        f"{record.user or '?'}@{record.host or '?'}",
+    ]
+    if record.duration_s is not None:
+        parts.append(f"{record.duration_s:.1f}s")
+    if record.exit_status is not None:
+        parts.append(f"exit status {record.exit_status}")
+    line = "  ".join(parts)
+    if record.error:
+        line += f"\n      {record.error.splitlines()[0]}"
+    return line
+
+
+def log_header(record: AttemptRecord, number: int, total: int) -> str:
+    return f"attempt {number} of {total}: {attempt_line(record)}"
+
+
+def history_lines(items: list[HistoryItem]) -> list[str]:
+    lines = []
+    for item in items:
+        invocation = item.invocation
+        counts = ", ".join(f"{count} {status}" for status, count in invocation.record.get("counts", {}).items() if count)
+        lines.append(
+            f"{invocation.started or '?'}  {invocation.result:11}  {invocation.user or '?'}@{invocation.host or '?'}"
+            f"  build {' '.join(invocation.patterns)}  ({counts or 'nothing done'})  invocation {invocation.invocation_id}"
+        )
+        for outcome, attempt in item.outcomes:
+            line = f"    {outcome.status:8} {outcome.label}"
+            if outcome.key:
+                line += f"  key {short(outcome.key)}"
+            if attempt is not None:
+                line += f"  attempt {attempt.attempt_id}"
+                if attempt.duration_s is not None:
+                    line += f"  {attempt.duration_s:.1f}s"
+                if attempt.error:
+                    line += f"\n        {attempt.error.splitlines()[0]}"
+            lines.append(line)
+    return lines

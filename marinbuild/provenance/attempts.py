@@ -1,0 +1,116 @@
+"""Reading the attempt records of the store: every try at every step, failures included.
+
+The action cache writes them (`start_attempt` / `finish_attempt`); this module reads
+them back for `log`, `history`, `query failed()` and tools. A record is found by key
+(`attempts/<kk>/<key>/`) or by label, through the per-label index the action cache
+writes next to each record (a label's attempts may span many keys: every edit of its
+recipe is a new key).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marinbuild.store import AttemptStatus, Store, layout
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt as recorded; `record` is the whole JSON object (provenance included)."""
+
+    key: str
+    label: str
+    attempt_id: str
+    status: AttemptStatus
+    record: dict[str, Any]
+
+    @property
+    def started(self) -> str | None:
+        return self.record.get("started")
+
+    @property
+    def finished(self) -> str | None:
+        return self.record.get("finished")
+
+    @property
+    def duration_s(self) -> float | None:
+        return self.record.get("duration_s")
+
+    @property
+    def error(self) -> str | None:
+        return self.record.get("error")
+
+    @property
+    def exit_status(self) -> int | None:
+        return self.record.get("exit_status")
+
+    @property
+    def host(self) -> str | None:
+        return self.record.get("host")
+
+    @property
+    def user(self) -> str | None:
+        return self.record.get("user")
+
+    @property
+    def invocation(self) -> str | None:
+        return self.record.get("invocation")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AttemptRecord:
+        return cls(data["key"], data["label"], data["attempt"], AttemptStatus(data["status"]), data)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.record)
+
+
+def read_attempt(store: Store, key: str, attempt_id: str) -> AttemptRecord | None:
+    """One attempt record; None if it is gone (`cache gc` removes a dead key's attempts) or unreadable."""
+    data = store.read_bytes(layout.attempt_record(key, attempt_id))
+    if data is None:
+        return None
+    try:
+        return AttemptRecord.from_json(json.loads(data))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _attempt_ids(store: Store, key: str) -> list[str]:
+    """The ids of the attempts at `key`, oldest first (attempt ids sort by time)."""
+    names = (path.rsplit("/", 1)[1] for path in store.list(layout.attempts(key)))
+    return sorted(name.removesuffix(".json") for name in names if name.endswith(".json"))
+
+
+def key_attempts(store: Store, key: str) -> list[AttemptRecord]:
+    """Every attempt at `key`, oldest first."""
+    return [record for attempt_id in _attempt_ids(store, key) if (record := read_attempt(store, key, attempt_id)) is not None]
+
+
+def last_attempt(store: Store, key: str) -> AttemptRecord | None:
+    """The newest attempt at `key`, if any."""
+    ids = _attempt_ids(store, key)
+    return read_attempt(store, key, ids[-1]) if ids else None
+
+
+def label_attempts(store: Store, label: str) -> list[AttemptRecord]:
+    """Every attempt at any key of `label` (a canonical `//pkg:name`), oldest first."""
+    found = []
+    for path in sorted(store.list(layout.label_attempts(label))):
+        attempt_id, _, key = path.rsplit("/", 1)[1].partition(".")
+        record = read_attempt(store, key, attempt_id)
+        if record is not None and record.label == label:
+            found.append(record)
+    return found
+
+
+def read_log(store: Store, record: AttemptRecord) -> str | None:
+    """The attempt's log: from the store once it finished; while it runs, from its staging
+    directory where that is readable here (a local or shared store, or this machine)."""
+    data = store.read_bytes(layout.attempt_log(record.key, record.attempt_id))
+    if data is None and record.status is AttemptStatus.RUNNING:
+        staged = Path(store.local_path(layout.staging_log(record.attempt_id)))
+        data = staged.read_bytes() if staged.is_file() else None
+    return None if data is None else data.decode(errors="replace")

@@ -1,0 +1,129 @@
+"""The history of a store: its invocations (one per build command) and the attempts each made.
+
+An invocation record is written when a build starts (`result: running`, every target
+`pending`) and rewritten when it ends (`succeeded`, `failed`, `interrupted`), with every
+target's status, key and, for the steps that ran, the id of their attempt; a build
+killed outright stays `running`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from marinbuild.provenance.attempts import AttemptRecord, read_attempt
+from marinbuild.store import Store, layout
+
+
+@dataclass(frozen=True)
+class TargetOutcome:
+    """What one build did with one target: `built`, `cached`, `failed`, `skipped`, or
+    `pending` while the build runs (or when it was killed)."""
+
+    label: str
+    status: str
+    key: str | None
+    attempt_id: str | None  # set when the step ran in this build
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One build command; `record` is the whole JSON object."""
+
+    invocation_id: str
+    record: dict[str, Any]
+
+    @property
+    def result(self) -> str:
+        return self.record.get("result", "succeeded" if not self.record.get("counts", {}).get("failed") else "failed")
+
+    @property
+    def started(self) -> str | None:
+        return self.record.get("started")
+
+    @property
+    def user(self) -> str | None:
+        return self.record.get("user")
+
+    @property
+    def host(self) -> str | None:
+        return self.record.get("host")
+
+    @property
+    def patterns(self) -> list[str]:
+        return list(self.record.get("patterns", []))
+
+    @property
+    def targets(self) -> list[TargetOutcome]:
+        return [
+            TargetOutcome(item["label"], item["status"], item.get("key"), item.get("attempt"))
+            for item in self.record.get("targets", [])
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.record)
+
+
+@dataclass(frozen=True)
+class HistoryItem:
+    """An invocation with the outcomes that matched the history's filter, and for each step
+    that ran, its attempt record (None if `cache gc` has removed it since)."""
+
+    invocation: Invocation
+    outcomes: list[tuple[TargetOutcome, AttemptRecord | None]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **{name: value for name, value in self.invocation.record.items() if name != "targets"},
+            "targets": [
+                {
+                    "label": outcome.label,
+                    "status": outcome.status,
+                    "key": outcome.key,
+                    **({"attempt": attempt.to_json()} if attempt is not None else {}),
+                }
+                for outcome, attempt in self.outcomes
+            ],
+        }
+
+
+def read_invocation(store: Store, invocation_id: str) -> Invocation | None:
+    data = store.read_bytes(layout.invocation(invocation_id))
+    if data is None:
+        return None
+    try:
+        return Invocation(invocation_id, json.loads(data))
+    except ValueError:
+        return None
+
+
+def invocations(store: Store) -> Iterator[Invocation]:
+    """Every invocation recorded in the store, newest first (read lazily)."""
+    ids = sorted((path.rsplit("/", 1)[1].removesuffix(".json") for path in store.list("invocations")), reverse=True)
+    for invocation_id in ids:
+        found = read_invocation(store, invocation_id)
+        if found is not None:
+            yield found
+
+
+def history(
+    store: Store, matches: Callable[[str], bool] = lambda label: True, limit: int | None = None, ran_only: bool = True
+) -> list[HistoryItem]:
+    """The newest invocations that did something to a label `matches` accepts, newest first.
+
+    With `ran_only`, a target only counts when its step ran (built or failed) or was
+    skipped; cache hits are left out."""
+    items: list[HistoryItem] = []
+    for invocation in invocations(store):
+        outcomes = [
+            (outcome, read_attempt(store, outcome.key, outcome.attempt_id) if outcome.key and outcome.attempt_id else None)
+            for outcome in invocation.targets
+            if matches(outcome.label) and not (ran_only and outcome.status == "cached")
+        ]
+        if outcomes:
+            items.append(HistoryItem(invocation, outcomes))
+        if limit is not None and len(items) >= limit:
+            break
+    return items

@@ -1,0 +1,126 @@
+"""Every attempt on record: `marinbuild log`, `marinbuild history`, `query failed()`, and
+the Python API under them (marinbuild.provenance), for failures, successes, a running
+step and an interrupted build."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from conftest import CLI_TIMEOUT_S, attempt_records, build_json, cli_env, run_cli, statuses
+from marinbuild import provenance
+from marinbuild.session import Session
+from marinbuild.store import AttemptStatus
+
+BAD_CMD = "echo partial > $@; echo boom-on-stderr >&2; exit 3"
+BUILD = f"""\
+    genrule(name = "bad", outs = ["bad.txt"], cmd = {BAD_CMD!r})
+    genrule(name = "good", outs = ["g.txt"], cmd = "echo g > $@")
+    """
+
+
+def test_a_failed_step_is_on_record_in_log_history_and_query(make_workspace):
+    ws = make_workspace({"pkg/BUILD.marin": BUILD})
+    first = build_json(ws, "-k", "//pkg:all", expect_rc=1)
+    second = build_json(ws, "-k", "//pkg:all", expect_rc=1)
+    # Never served from the cache: the failing step ran again, under the same key.
+    assert statuses(second) == {"//pkg:bad": "failed", "//pkg:good": "cached"}
+    key = first["by_label"]["//pkg:bad"]["key"]
+    assert second["by_label"]["//pkg:bad"]["key"] == key
+
+    rc, out, err = run_cli(ws, "log", "//pkg:bad")
+    assert rc == 0, err
+    assert "boom-on-stderr" in out
+    assert "attempt 2 of 2" in err and "failed" in err and "exit status 3" in err
+    assert "command exited with status 3" in err
+    assert second["by_label"]["//pkg:bad"]["attempt"] in err
+
+    rc, out, err = run_cli(ws, "log", "--attempt", "1", "//pkg:bad")
+    assert rc == 0 and "attempt 1 of 2" in err and first["by_label"]["//pkg:bad"]["attempt"] in err
+    assert run_cli(ws, "log", "--attempt", "3", "//pkg:bad")[0] == 2
+
+    rc, out, err = run_cli(ws, "log", "--list", "//pkg:bad")
+    assert rc == 0 and out.count("failed") == 2 and out.count("exit status 3") == 2
+
+    rc, out, err = run_cli(ws, "history")
+    assert rc == 0, err
+    assert out.count("failed   //pkg:bad") == 2
+    assert out.count("built    //pkg:good") == 1  # the second build found it cached: not listed
+    assert out.count("command exited with status 3") == 2
+
+    rc, out, err = run_cli(ws, "history", "--json", "//pkg:good")
+    items = json.loads(out)
+    assert [item["result"] for item in items] == ["failed"]
+    [target] = items[0]["targets"]
+    assert target["label"] == "//pkg:good" and target["attempt"]["status"] == "succeeded"
+
+    rc, out, err = run_cli(ws, "query", "failed(//...)")
+    assert rc == 0 and out.split() == ["//pkg:bad"]
+
+
+def test_attempts_of_a_label_span_its_keys_and_outlive_its_build_file(make_workspace):
+    ws = make_workspace({"pkg/BUILD.marin": BUILD})
+    build_json(ws, "-k", "//pkg:all", expect_rc=1)
+    (ws / "pkg/BUILD.marin").write_text(textwrap.dedent(BUILD).replace("exit 3", "exit 4"))
+    build_json(ws, "-k", "//pkg:bad", expect_rc=1)
+    (ws / "pkg/BUILD.marin").unlink()
+    session = Session.open(ws, cwd=ws / "pkg")
+    attempts = session.attempts(":bad")  # relative to the current package, which is gone
+    assert [(record.status, record.exit_status) for record in attempts] == [
+        (AttemptStatus.FAILED, 3),
+        (AttemptStatus.FAILED, 4),
+    ]
+    assert attempts[0].key != attempts[1].key
+    assert all(record.host and record.user and record.started and record.finished for record in attempts)
+    assert "boom-on-stderr" in provenance.read_log(session.store, attempts[1])
+    [item] = session.history(["//pkg:bad"], limit=1)
+    assert [(outcome.label, outcome.status) for outcome, _ in item.outcomes] == [("//pkg:bad", "failed")]
+    assert item.outcomes[0][1] == attempts[1]
+
+
+def _start_build(ws, *patterns: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", *patterns],
+        cwd=ws,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        start_new_session=True,  # its own process group, signalled as a terminal's Ctrl-C would
+    )
+
+
+def test_a_running_step_shows_its_log_and_an_interrupted_one_is_cancelled(make_workspace):
+    ws = make_workspace({"pkg/BUILD.marin": 'genrule(name = "slow", outs = ["o.txt"], cmd = "echo halfway; sleep 60; echo > $@")\n'})
+    builder = _start_build(ws, "//pkg:slow")
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        while True:
+            rc, out, err = run_cli(ws, "log", "//pkg:slow")
+            if rc == 0 and "halfway" in out:
+                break
+            assert time.monotonic() < deadline, f"the running step's log never showed:\n{out}\n{err}"
+            time.sleep(0.2)
+        assert "running" in err
+        [item] = Session.open(ws, cwd=ws).history()
+        assert item.invocation.result == "running"
+        assert [(outcome.label, outcome.status) for outcome, _ in item.outcomes] == [("//pkg:slow", "pending")]
+        os.killpg(builder.pid, signal.SIGINT)
+        builder.wait(timeout=CLI_TIMEOUT_S)
+    finally:
+        if builder.poll() is None:
+            os.killpg(builder.pid, signal.SIGKILL)
+    assert builder.returncode == 130, builder.stderr.read()
+    session = Session.open(ws, cwd=ws)
+    [record] = session.attempts("//pkg:slow")
+    assert record.status is AttemptStatus.CANCELLED and "interrupted" in record.error
+    assert "halfway" in provenance.read_log(session.store, record)
+    [item] = session.history()
+    assert item.invocation.result == "interrupted"
+    assert session.query("failed(//...)").labels == ()  # an interrupted step is not a failed one
+    assert [r["status"] for r in attempt_records(ws / "cache", record.key)] == ["cancelled"]
