@@ -217,6 +217,7 @@ def test_four_concurrent_builders_run_every_action_once(make_workspace, gcs_buck
 
 
 RESUMABLE_RULE = """\
+    import os
     import time
 
     from marinbuild.targets.rule import Execution, Rule
@@ -227,9 +228,11 @@ RESUMABLE_RULE = """\
         start = int(checkpoint.read_text()) if checkpoint.exists() else 0
         with open(ctx.scratch / "starts", "a") as starts:
             starts.write(f"{start}\\n")
-        for step in range(start, 50):
+        for step in range(start, 60):
             time.sleep(0.1)
-            checkpoint.write_text(str(step + 1))
+            ctx.log.info("finished step %d", step)
+            (ctx.scratch / "step.tmp").write_text(str(step + 1))
+            os.replace(ctx.scratch / "step.tmp", checkpoint)  # checkpoints are written whole
         (ctx.out / "done.txt").write_text(open(ctx.scratch / "starts").read())
 
 
@@ -237,30 +240,33 @@ RESUMABLE_RULE = """\
     """
 
 
-def test_sigkilled_lease_holder_is_taken_over_and_resumed(make_workspace, gcs_bucket):
-    ws = make_workspace(
-        {"pkg/BUILD.marin": "counter(name = 'train')\n", "steprules.py": RESUMABLE_RULE},
-        config='rules = ["steprules"]\n',
-    )
-    store = f"gs://{gcs_bucket}/resume"
-    first = _builder(ws, store, "//pkg:train")
-    scratch_root = ws / ".marinbuild" / "stores"
-    deadline = time.monotonic() + 20
-    while not list(scratch_root.rglob("step")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    second = _builder(ws, store, "--json", "//pkg:train")
-    waiting = threading.Event()
+def test_sigkilled_lease_holder_is_taken_over_on_another_machine_and_resumed(make_workspace, gcs_bucket, tmp_path, monkeypatch):
+    """Two workspaces with their own local caches stand for two machines: B waits for A's
+    lease, tails A's log meanwhile, takes over after A is killed and resumes from the
+    checkpoint A left in the store."""
+    monkeypatch.setenv("MARINBUILD_SYNC_S", "1")
+    files = {"pkg/BUILD.marin": "counter(name = 'train')\n", "steprules.py": RESUMABLE_RULE}
+    machine_a = make_workspace(files, config='rules = ["steprules"]\n', name="machine_a")
+    machine_b = make_workspace(files, config='rules = ["steprules"]\n', name="machine_b")
+    store_url = f"gs://{gcs_bucket}/resume"
+    store = gcs_store(gcs_bucket, tmp_path, "resume")
+    first = _builder(machine_a, store_url, "//pkg:train")
+    deadline = time.monotonic() + 30
+    while not [path for path in store.list("scratch") if path.endswith("/step")] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    second = _builder(machine_b, store_url, "--json", "//pkg:train")
+    tailed = threading.Event()
     err_lines: list[str] = []
 
     def read_stderr() -> None:
         for line in second.stderr:
             err_lines.append(line)
-            if "waiting for the lease" in line:
-                waiting.set()
+            if "| [attempt" in line and "finished step" in line:
+                tailed.set()
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
-    assert waiting.wait(CLI_TIMEOUT_S), "the second builder never showed who holds the lease"
+    assert tailed.wait(CLI_TIMEOUT_S), "the waiting builder did not tail the holder's log:\n" + "".join(err_lines)
     assert "holds it" in "".join(err_lines)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(timeout=10)
@@ -269,9 +275,11 @@ def test_sigkilled_lease_holder_is_taken_over_and_resumed(make_workspace, gcs_bu
     reader.join(timeout=10)
     assert second.returncode == 0, "".join(err_lines)
     assert statuses(json.loads(out)) == {"//pkg:train": "built"}
-    rc, where, err = run_cli(ws, "where", "//pkg:train", store=store)
+    assert "resuming from" in "".join(err_lines)
+    rc, where, err = run_cli(machine_b, "where", "//pkg:train", store=store_url)
     starts = [int(line) for line in (Path(where.strip()) / "done.txt").read_text().splitlines()]
-    assert starts[0] == 0 and len(starts) == 2 and 0 < starts[1] < 50, f"resumed from its checkpoint: {starts}"
+    assert starts[0] == 0 and len(starts) == 2 and 0 < starts[1] < 60, f"resumed from its checkpoint: {starts}"
+    assert store.list("scratch") == [], "a published key's checkpoints are removed from the store"
 
 
 def test_a_runner_whose_lease_is_taken_stops_its_action_and_does_not_publish(make_workspace, gcs_bucket, tmp_path):
@@ -422,3 +430,29 @@ def test_a_store_without_preconditions_refuses_to_build_unless_told(make_workspa
     assert rc == 0, err
     with pytest.raises(StoreError, match="unsupported store URL"):
         open_store("nosuchscheme://x", tmp_path)
+
+
+def test_scratch_mirror_uploads_changes_restores_elsewhere_and_mirrors_deletions(gcs_bucket, tmp_path):
+    from marinbuild.store.live_sync import ScratchMirror
+
+    store = gcs_store(gcs_bucket, tmp_path, "mirror")
+    local = tmp_path / "scratch-a"
+    (local / "step-1").mkdir(parents=True)
+    (local / "step-1" / "shard").write_bytes(b"weights-1")
+    (local / "step-1" / "metadata.json").write_text("{}")
+    mirror = ScratchMirror(store, "k" * 64, local)
+    mirror.sync()
+    prefix = layout.scratch("k" * 64)
+    assert sorted(store.stat_tree(prefix)) == ["step-1/metadata.json", "step-1/shard"]
+    (local / "step-2").mkdir()
+    (local / "step-2" / "shard").write_bytes(b"weights-2")
+    for stale in (local / "step-1").iterdir():
+        stale.unlink()
+    mirror.sync()
+    assert sorted(store.stat_tree(prefix)) == ["step-2/shard"]
+    elsewhere = ScratchMirror(store, "k" * 64, tmp_path / "scratch-b")
+    assert elsewhere.restore() == 1
+    assert (tmp_path / "scratch-b" / "step-2" / "shard").read_bytes() == b"weights-2"
+    assert ScratchMirror(store, "k" * 64, local).restore() == 0, "a machine's own scratch is kept as it is"
+    mirror.discard()
+    assert store.stat_tree(prefix) == {}

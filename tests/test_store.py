@@ -15,6 +15,8 @@ import blake3
 import pytest
 
 from conftest import (
+    CLI_TIMEOUT_S,
+    cli_env,
     ac_entries,
     attempt_records,
     build_json,
@@ -266,3 +268,30 @@ def test_entry_with_another_versions_tree_digest_gives_no_wrong_answer(make_work
     three = build_json(ws, "//pkg:all")
     assert output_text(three, "//pkg:lib", "lib.txt") == "version two\n"
     assert output_text(three, "//pkg:app", "app.txt") == "version two\nmore\n", statuses(three)
+
+
+def test_a_builder_waiting_for_a_running_key_shows_its_log(make_workspace, monkeypatch):
+    """Two builds of the same slow step on one machine: the second says that another
+    builder holds the key, prints the holder's log lines as they come, then gets a hit."""
+    monkeypatch.setenv("MARINBUILD_SYNC_S", "1")
+    ws = make_workspace(
+        {"pkg/BUILD.marin": "genrule(name = 'slow', outs = ['o.txt'], cmd = 'for i in 1 2 3 4 5 6; do echo tick-$$i; sleep 0.5; done; echo > $@')\n"}
+    )
+
+    def builder() -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "--json", "//pkg:slow"],
+            cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+        )
+
+    first = builder()
+    deadline = time.monotonic() + 30
+    while not list((ws / "cache" / "attempts").rglob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = builder()
+    out, err = second.communicate(timeout=CLI_TIMEOUT_S)
+    first.communicate(timeout=CLI_TIMEOUT_S)
+    assert second.returncode == 0, err
+    assert "another builder on this machine holds it" in err
+    assert "//pkg:slow | [attempt" in err and "tick-" in err, err
+    assert statuses(json.loads(out)) == {"//pkg:slow": "cached"}

@@ -78,6 +78,9 @@ class Reporter(Protocol):
 
     def step_finished(self, result: TargetResult) -> None: ...
 
+    def step_log(self, label: str, line: str) -> None:
+        """A line of a step's log running elsewhere (the lease holder this builder waits for)."""
+
     def warning(self, message: str) -> None: ...
 
     def build_finished(self, result: BuildResult) -> None: ...
@@ -96,6 +99,9 @@ class NullReporter:
         pass
 
     def step_finished(self, result: TargetResult) -> None:
+        pass
+
+    def step_log(self, label: str, line: str) -> None:
         pass
 
     def warning(self, message: str) -> None:

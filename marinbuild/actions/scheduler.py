@@ -16,6 +16,7 @@ import getpass
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -38,6 +39,8 @@ from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResu
 from marinbuild.labels import parse_label
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, layout, reporting_transfers
 from marinbuild.store.action_cache import new_attempt_id
+from marinbuild.store.live_sync import HolderLogTail, ScratchMirror, syncing
+from marinbuild.store.remote import RemoteStore
 from marinbuild.targets.rule import Execution, Resources, Target
 
 
@@ -295,12 +298,15 @@ class Scheduler:
     def _execute(self, planned: _Planned) -> _Outcome:
         label = str(planned.target.label)
         started = time.monotonic()
+        holder_log = HolderLogTail(self.cache.store, planned.key, lambda line: self.reporter.step_log(label, line))
+
+        def waiting(message: str) -> None:
+            self.reporter.warning(f"{label}: {message}")
+            holder_log.start()
+
         try:
-
-            def waiting(message: str) -> None:
-                self.reporter.warning(f"{label}: {message}")
-
             with self.cache.store.lease(layout.lock(planned.key), waiting) as lease:
+                holder_log.stop()
                 again = self.cache.lookup(planned.key)
                 if again.outputs is not None:
                     return _Outcome(again.outputs, time.monotonic() - started, ran=False)
@@ -309,6 +315,8 @@ class Scheduler:
                     return self._attempt(planned, attempt, lease, started)
         except Exception:  # noqa: BLE001 - a bug or an I/O error must fail one step, not hang the build
             return _Outcome(None, time.monotonic() - started, f"internal error:\n{traceback.format_exc()}")
+        finally:
+            holder_log.stop()
 
     def _attempt_info(self, planned: _Planned) -> dict[str, Any]:
         rule = planned.target.rule
@@ -323,6 +331,13 @@ class Scheduler:
 
     def _attempt(self, planned: _Planned, attempt: Attempt, lease: Lease, started: float) -> _Outcome:
         label = str(planned.target.label)
+        scratch = self._scratch(planned)
+        mirror = None
+        if scratch is not None and isinstance(self.cache.store, RemoteStore):
+            mirror = ScratchMirror(self.cache.store, planned.key, scratch)
+            restored = mirror.restore()
+            if restored:
+                self.reporter.warning(f"{label}: resuming from {restored} checkpoint files left in the store by an earlier attempt")
         context = Context(
             label=label,
             key=planned.key,
@@ -332,7 +347,7 @@ class Scheduler:
             tmp=attempt.tmp,
             log_path=attempt.log_path,
             workspace=self.workspace,
-            scratch=self._scratch(planned),
+            scratch=scratch,
             log=step_logger(label, attempt.log_path),
             progress_fn=lambda done, total, unit: self.reporter.step_progress(label, done, total, unit),
         )
@@ -341,10 +356,11 @@ class Scheduler:
             context.processes.stop()
         exit_status: int | None = None
         try:
-            if planned.target.rule.execution is Execution.SUBPROCESS:
-                _run_in_subprocess(planned.target, context)
-            else:
-                planned.target.rule.impl(context)
+            with syncing(self.cache.store, planned.key, attempt.attempt_id, attempt.log_path, mirror):
+                if planned.target.rule.execution is Execution.SUBPROCESS:
+                    _run_in_subprocess(planned.target, context)
+                else:
+                    planned.target.rule.impl(context)
             error = None
         except StepFailed as failure:
             error, exit_status = str(failure), failure.exit_status
@@ -374,6 +390,10 @@ class Scheduler:
         provenance.pop("status", None)
         outputs = self.cache.publish(attempt, planned.recipe, provenance)
         self.cache.finish_attempt(attempt, AttemptStatus.SUCCEEDED, finished=_now(), duration_s=duration)
+        if scratch is not None:  # published: the checkpoints are of no further use
+            if mirror is not None:
+                mirror.discard()
+            shutil.rmtree(scratch, ignore_errors=True)
         return _Outcome(outputs, duration, log=log, attempt=attempt.attempt_id)
 
     def _was_interrupted(self, exit_status: int | None) -> bool:

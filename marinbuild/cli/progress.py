@@ -65,6 +65,9 @@ class PlainReporter:
             line += f"\n    log: {result.log}\n{_log_tail(result.log)}"
         self._print(line)
 
+    def step_log(self, label: str, line: str) -> None:
+        self._print(f"    {label} | {line}")
+
     def warning(self, message: str) -> None:
         self._print(f"WARNING: {message}")
 

@@ -140,11 +140,16 @@ class LocalStore(Store):
 
     @contextlib.contextmanager
     def lease(self, name: str, waiting: WaitingFn | None = None) -> Iterator[Lease]:
-        """A `flock`: the kernel wakes the next waiter, so there is nobody to show while waiting."""
+        """A `flock`: the kernel releases it when its holder dies and wakes the next waiter."""
         lock_file = self._path(name)
         lock_file.parent.mkdir(parents=True, exist_ok=True)
         with open(lock_file, "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if waiting is not None:
+                    waiting("waiting for the lease: another builder on this machine holds it")
+                fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield Lease(name)
             finally:

@@ -231,6 +231,13 @@ class RemoteStore(Store):
         shutil.move(local, mirror)
 
     @backend_errors
+    def put_files(self, files: Mapping[Path, str]) -> None:
+        """Upload local files to objects (concurrently where the backend can), leaving the
+        local files in place: for copies of something still in use (a running step's scratch)."""
+        if files:
+            self.fs.put([str(local) for local in files], [self._full(path) for path in files.values()])
+
+    @backend_errors
     def get_files(self, files: Mapping[str, Path], total_bytes: int = 0) -> None:
         """Download objects to local files, concurrently where the backend can (`total_bytes`
         only serves the progress report)."""
