@@ -75,7 +75,7 @@ def _text_files(ctx: Context) -> None:
     import fsspec
 
     if ctx.attrs["srcs"]:
-        named = {_input_name(label, path, ctx.inputs[label].root): path for label in ctx.attrs["srcs"] for path in ctx.files(label)}
+        named = {_input_name(label, path, ctx.root(label)): path for label in ctx.attrs["srcs"] for path in ctx.files(label)}
         names = list(named)
         files = fsspec.open_files([str(path) for path in named.values()], mode="rb", compression="infer")
     else:

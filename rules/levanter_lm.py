@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import blake3
+import fsspec
 import jax
 from levanter.checkpoint import CheckpointerConfig, discover_latest_checkpoint
 from levanter.data.text import LMMixtureDatasetConfig, UrlDatasetSourceConfig
@@ -126,30 +127,47 @@ def _last(rows: list[dict[str, Any]], name: str) -> Any:
 # -- data -----------------------------------------------------------------------------------
 
 
-def tokenized_sets(inputs: Mapping[str, Path]) -> tuple[dict[str, Path], Path]:
-    """{tag: output directory} for tokenized targets, and their (shared) tokenizer directory.
+def tokenized_sets(inputs: Mapping[str, str], tmp: Path) -> tuple[dict[str, str], Path]:
+    """{tag: output location} for tokenized targets, and a local copy of their (shared) tokenizer.
 
+    Locations are local directories or store URLs (`gs://...`): Levanter reads its token
+    caches from either, so on a shared store nothing but the tokenizer is downloaded.
     Tags are target names (metrics read `eval/<tag>/loss`), or whole labels where two
     targets share a name.
     """
     names = [label.rpartition(":")[2] for label in inputs]
-    sets: dict[str, Path] = {}
-    for (label, root), name in zip(inputs.items(), names):
-        missing = [part for part in (*SPLITS, TOKENIZER_DIR) if not (root / part).is_dir()]
+    sets: dict[str, str] = {}
+    for (label, location), name in zip(inputs.items(), names):
+        fs, root = fsspec.core.url_to_fs(location)
+        missing = [part for part in (*SPLITS, TOKENIZER_DIR) if not fs.isdir(f"{root}/{part}")]
         if missing:
             raise StepFailed(f"{label} is not a tokenized data set (no {', '.join(missing)} in its output); use a tokenize target")
-        sets[name if names.count(name) == 1 else label.lstrip("/")] = root
-    digests = {tag: tokenizer_digest(root / TOKENIZER_DIR) for tag, root in sets.items()}
-    if len(set(digests.values())) > 1:
+        sets[name if names.count(name) == 1 else label.lstrip("/")] = location
+    tokenizers = {tag: _fetch_tokenizer(location, tmp / "tokenizers" / str(index)) for index, (tag, location) in enumerate(sets.items())}
+    if len({tokenizer_digest(directory) for directory in tokenizers.values()}) > 1:
         raise StepFailed(f"the data sets were tokenized with different tokenizers: {sorted(sets)}; tokenize them with the same one")
-    return sets, next(iter(sets.values())) / TOKENIZER_DIR
+    return sets, next(iter(tokenizers.values()))
+
+
+def _fetch_tokenizer(location: str, local: Path) -> Path:
+    """The tokenizer directory of a token cache, as local files (it is small)."""
+    fs, root = fsspec.core.url_to_fs(location)
+    local.mkdir(parents=True)
+    for path in fs.find(f"{root}/{TOKENIZER_DIR}"):
+        fs.get_file(path, str(local / path[len(root) + len(TOKENIZER_DIR) + 2 :]))
+    return local
+
+
+def _read_text(location: str) -> str:
+    with fsspec.open(location, "r") as file:
+        return file.read()
 
 
 def tokenizer_digest(directory: Path) -> str:
     return blake3.blake3((directory / "tokenizer.json").read_bytes()).hexdigest()
 
 
-def data_config(sets: Mapping[str, Path], weights: Mapping[str, float], tokenizer: Path) -> LMMixtureDatasetConfig:
+def data_config(sets: Mapping[str, str], weights: Mapping[str, float], tokenizer: Path) -> LMMixtureDatasetConfig:
     """A Levanter mixture over prebuilt caches (one component for a single data set).
 
     A mixture restarts a component that runs out, so a run always lasts its steps (a
@@ -158,7 +176,7 @@ def data_config(sets: Mapping[str, Path], weights: Mapping[str, float], tokenize
     return LMMixtureDatasetConfig(
         tokenizer=str(tokenizer),
         cache_dir=None,
-        configs={tag: UrlDatasetSourceConfig(cache_dir=str(root)) for tag, root in sets.items()},
+        configs={tag: UrlDatasetSourceConfig(cache_dir=location) for tag, location in sets.items()},
         train_weights=dict(weights),
         shuffle=True,
         permutation_type="feistel",
@@ -250,14 +268,14 @@ def train_config(
     )
 
 
-def train(attrs: Mapping[str, Any], data: Mapping[str, Path], out: Path, scratch: Path, tmp: Path) -> dict[str, Any]:
+def train(attrs: Mapping[str, Any], data: Mapping[str, str], out: Path, scratch: Path, tmp: Path) -> dict[str, Any]:
     """Train (or resume) into `scratch`, then write the outputs of `train_lm` into `out`.
 
-    `data` maps each input label to its output directory; `attrs["data"]` is one of them
-    or a `{label: weight}` mixture.
+    `data` maps each input label to its output location (directory or store URL);
+    `attrs["data"]` is one of them or a `{label: weight}` mixture.
     """
     started = time.time()
-    sets, tokenizer = tokenized_sets(data)
+    sets, tokenizer = tokenized_sets(data, tmp)
     config = train_config(attrs, sets, tokenizer, scratch, tmp)
     checkpoints, metrics, exports = scratch / "checkpoints", scratch / "metrics.jsonl", scratch / "hf"
     last = f"step-{attrs['trainer']['steps'] - 1}"
@@ -324,16 +342,17 @@ def _train_summary(
 # -- eval_lm --------------------------------------------------------------------------------
 
 
-def evaluate(model_dir: Path, data: Mapping[str, Path], attrs: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
-    """Loss, bits per byte and perplexity of a `train_lm` output on each tokenized set."""
-    sets, tokenizer = tokenized_sets(data)
-    trained = json.loads((model_dir / MODEL_FILE).read_text())
+def evaluate(model: str, data: Mapping[str, str], attrs: Mapping[str, Any], tmp: Path) -> dict[str, Any]:
+    """Loss, bits per byte and perplexity of a `train_lm` output (a directory or store URL)
+    on each tokenized set; the checkpoint is read where it is."""
+    sets, tokenizer = tokenized_sets(data, tmp)
+    trained = json.loads(_read_text(f"{model}/{MODEL_FILE}"))
     if trained["tokenizer_blake3"] != tokenizer_digest(tokenizer):
         raise StepFailed("the data sets were tokenized with another tokenizer than the model was trained with")
     metrics = tmp / "metrics.jsonl"
     trainer = {"steps": 1, "batch_size": attrs["batch_size"], "max_eval_batches": attrs["max_batches"]}
     config = levanter_eval_lm.EvalLmConfig(
-        checkpoint_path=str(model_dir / "checkpoint"),
+        checkpoint_path=f"{model}/checkpoint",
         data=data_config(sets, {tag: 1.0 for tag in sets}, tokenizer),
         model=model_config(trained["model"], tokenizer, tmp),
         trainer=trainer_config(trainer, 0, None, metrics, tmp / "levanter-logs"),

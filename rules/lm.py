@@ -71,7 +71,7 @@ def _train_lm(ctx: Context) -> None:
     from rules import levanter_lm
 
     ctx.log.info("training; checkpoints in %s", ctx.scratch)
-    data = {label: ctx.inputs[label].root for label in ctx.inputs}
+    data = {label: ctx.url(label) for label in ctx.inputs}
     summary = levanter_lm.train(ctx.attrs, data, ctx.out, ctx.scratch, ctx.tmp)
     ctx.log.info("summary: %s", summary)
 
@@ -92,6 +92,7 @@ train_lm = Rule(
     execution=Execution.SUBPROCESS,
     resources=Resources(cpu=2, memory_gb=4),
     resumable=True,
+    reads_urls=True,
     packages=ML_PACKAGES,
 )
 
@@ -105,8 +106,8 @@ def _eval_lm(ctx: Context) -> None:
     from rules import levanter_lm
 
     model = ctx.attrs["model"]
-    data = {label: ctx.inputs[label].root for label in ctx.attrs["data"]}
-    metrics = levanter_lm.evaluate(ctx.inputs[model].root, data, ctx.attrs, ctx.tmp)
+    data = {label: ctx.url(label) for label in ctx.attrs["data"]}
+    metrics = levanter_lm.evaluate(ctx.url(model), data, ctx.attrs, ctx.tmp)
     (ctx.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     ctx.log.info("metrics: %s", metrics)
 
@@ -125,5 +126,6 @@ eval_lm = Rule(
     },
     execution=Execution.SUBPROCESS,
     resources=Resources(cpu=2, memory_gb=4),
+    reads_urls=True,
     packages=ML_PACKAGES,
 )

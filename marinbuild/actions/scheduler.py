@@ -405,15 +405,19 @@ class Scheduler:
         return self._interrupted.is_set()
 
     def _inputs(self, target: Target) -> dict[str, InputFiles]:
+        """Each input as local files, downloaded from a remote store unless the rule reads URLs."""
+        by_url = target.rule.reads_urls and isinstance(self.cache.store, RemoteStore)
         inputs: dict[str, InputFiles] = {}
         for label in self.graph.deps[str(target.label)]:
             if label in self.graph.sources:
                 path = self.graph.sources[label].path
-                inputs[label] = InputFiles(path, (path,))
+                inputs[label] = InputFiles(path, (path,), str(path))
+            elif by_url:
+                inputs[label] = InputFiles(None, (), self._outputs[label].directory)
             else:
                 outputs = self._outputs[label]
                 root = self.cache.local_dir(outputs)
-                inputs[label] = InputFiles(root, tuple(root / item.path for item in outputs.manifest.files))
+                inputs[label] = InputFiles(root, tuple(root / item.path for item in outputs.manifest.files), outputs.directory)
         return inputs
 
     def _scratch(self, planned: _Planned) -> Path | None:

@@ -11,8 +11,9 @@ generation preconditions, sent through the JSON API with gcsfs's authenticated s
 - each object's CRC32C, kept by GCS and returned by listings, checks uploads and lets a
   lookup verify an entry's outputs without downloading them.
 
-`STORAGE_EMULATOR_HOST` points gcsfs at an emulator (anonymous); otherwise the default
-Google credentials are used.
+`STORAGE_EMULATOR_HOST` points gcsfs at an emulator (anonymous), and tensorstore too
+(`TENSORSTORE_GCS_HTTP_URL`, for steps that read the store directly); otherwise the
+default Google credentials are used.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class GCSStore(RemoteStore):
 
         endpoint = os.environ.get("STORAGE_EMULATOR_HOST")
         self._check_reachable(endpoint or _PUBLIC_ENDPOINT)
+        if endpoint:  # steps that read the store through tensorstore (Levanter) use the emulator too
+            os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", endpoint)
         return gcsfs.GCSFileSystem(token="anon" if endpoint else None)
 
     def _check_reachable(self, endpoint: str) -> None:

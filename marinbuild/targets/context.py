@@ -67,10 +67,20 @@ class ChildProcesses:
 
 @dataclass(frozen=True)
 class InputFiles:
-    """What one input label provides: a root (output directory or source file) and its files."""
+    """What one input label provides: a root (output directory or source file) and its
+    files, and its `url` in the store. `root` is None when the input was not downloaded
+    (a `reads_urls` rule on a remote store): the step reads it through the URL."""
 
-    root: Path
+    root: Path | None
     files: tuple[Path, ...]
+    url: str
+
+    def local(self, label: str) -> InputFiles:
+        if self.root is None:
+            raise StepFailed(
+                f"{label} was not downloaded, because this rule declares reads_urls: read it at ctx.url({label!r}) = {self.url}"
+            )
+        return self
 
     def single(self, label: str) -> Path:
         if len(self.files) != 1:
@@ -94,11 +104,22 @@ class Context:
     processes: ChildProcesses = field(default_factory=ChildProcesses)
 
     def files(self, label: str) -> tuple[Path, ...]:
-        return self.inputs[label].files
+        return self.inputs[label].local(label).files
+
+    def root(self, label: str) -> Path:
+        """The local directory of an input (or the source file itself)."""
+        root = self.inputs[label].local(label).root
+        assert root is not None
+        return root
+
+    def url(self, label: str) -> str:
+        """Where an input lives in the store (`gs://...` on GCS, a local path on a local
+        store), for code that reads storage directly (fsspec, tensorstore, Levanter)."""
+        return self.inputs[label].url
 
     def location(self, label: str) -> Path:
         """The single file a label provides (Bazel's `$(location)`)."""
-        return self.inputs[label].single(label)
+        return self.inputs[label].local(label).single(label)
 
     def progress(self, done: float, total: float | None = None, unit: str = "") -> None:
         """Report progress on long work; shown live next to the running step."""
@@ -111,7 +132,11 @@ class Context:
             "key": self.key,
             "attrs": self.attrs,
             "inputs": {
-                label: {"root": str(files.root), "files": [str(path) for path in files.files]}
+                label: {
+                    "root": None if files.root is None else str(files.root),
+                    "files": [str(path) for path in files.files],
+                    "url": files.url,
+                }
                 for label, files in self.inputs.items()
             },
             "out": str(self.out),
@@ -128,7 +153,11 @@ class Context:
             key=data["key"],
             attrs=data["attrs"],
             inputs={
-                label: InputFiles(Path(value["root"]), tuple(Path(path) for path in value["files"]))
+                label: InputFiles(
+                    None if value["root"] is None else Path(value["root"]),
+                    tuple(Path(path) for path in value["files"]),
+                    value["url"],
+                )
                 for label, value in data["inputs"].items()
             },
             out=Path(data["out"]),

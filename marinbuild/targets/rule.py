@@ -85,6 +85,9 @@ class Rule:
     doc: str = ""
     resources: Resources = Resources()
     resumable: bool = False
+    # The implementation reads its inputs through `ctx.url(label)` (fsspec, tensorstore):
+    # on a remote store nothing is downloaded for it, and `ctx.files(label)` is an error.
+    reads_urls: bool = False
     execution: Execution = Execution.THREAD
     # Distributions whose versions are recorded in each output's provenance (e.g. "jax").
     packages: tuple[str, ...] = ()
