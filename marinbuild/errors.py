@@ -59,6 +59,10 @@ class StoreError(MarinbuildError):
     """The store cannot be opened or used."""
 
 
+class ClusterError(MarinbuildError):
+    """The Ray cluster to run steps on cannot be reached or used."""
+
+
 class QueryError(MarinbuildError):
     """A query expression that does not parse, or names what does not exist.
 

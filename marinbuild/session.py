@@ -16,6 +16,7 @@ from pathlib import Path
 from marinbuild import store as stores
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
+from marinbuild.actions.executor import Executor
 from marinbuild.actions.scheduler import BuildOptions, Scheduler
 from marinbuild.errors import GraphError, StoreError
 from marinbuild import provenance
@@ -93,17 +94,29 @@ class Session:
             stores.require_leases(self.store, self.unsafe_no_locking)
             stores.initialize(self.store)
         started = time.time()
-        scheduler = Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root)
         if options.dry_run:
-            return scheduler.run()
+            return Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root).run()
+        executor = self._executor(options)
+        scheduler = Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root, executor)
         self._record_invocation(patterns, scheduler, started, "running")
         try:
             result = scheduler.run()
         except KeyboardInterrupt:
             self._record_invocation(patterns, scheduler, started, "interrupted")
             raise
+        finally:
+            if executor is not None:
+                executor.close()
         self._record_invocation(patterns, scheduler, started, "succeeded" if result.ok else "failed")
         return result
+
+    def _executor(self, options: BuildOptions) -> Executor | None:
+        """None: the scheduler's local default."""
+        if options.executor != "ray":
+            return None
+        from marinbuild.cluster.ray_executor import RayExecutor  # imports Ray: only when asked for
+
+        return RayExecutor(self.store_url, self.workspace.root, options.ray_address, options.ray_placement_timeout_s)
 
     def _record_invocation(self, patterns: Sequence[str], scheduler: Scheduler, started: float, outcome: str) -> None:
         """Written when the build starts and again when it ends (provenance/history.py).

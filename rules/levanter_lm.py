@@ -30,7 +30,8 @@ import fsspec
 import jax
 from levanter.checkpoint import CheckpointerConfig, discover_latest_checkpoint
 from levanter.data.text import LMMixtureDatasetConfig, UrlDatasetSourceConfig
-from levanter.distributed import RayConfig
+from jax.experimental import multihost_utils
+from levanter.distributed import DistributedConfig, RayConfig
 from levanter.main import eval_lm as levanter_eval_lm
 from levanter.main import train_lm as levanter_train_lm
 from levanter.models.llama import LlamaConfig
@@ -212,7 +213,7 @@ def _check_fields(cls: type, fields: Mapping[str, Any], attribute: str, exclude:
 
 
 def trainer_config(
-    trainer: Mapping[str, Any], seed: int, checkpoints: Path | None, metrics: Path, log_dir: Path
+    trainer: Mapping[str, Any], seed: int, checkpoints: Path | None, metrics: Path, log_dir: Path, distributed: bool = False
 ) -> TrainerConfig:
     """Levanter's trainer on whatever devices this process sees, without wandb or a Ray cluster.
 
@@ -241,6 +242,8 @@ def trainer_config(
             base_path=str(checkpoints or log_dir / "checkpoints"), keep=keep, append_run_id_to_base_path=False
         ),
         ray=RayConfig(auto_start_cluster=False),
+        # A multi-host step's processes joined JAX distributed before Levanter starts.
+        distributed=DistributedConfig(initialize_jax_distributed=not distributed),
         require_accelerator=False,
         log_jaxprs=False,
         log_xla_hlo=False,
@@ -251,7 +254,7 @@ def trainer_config(
 
 
 def train_config(
-    attrs: Mapping[str, Any], sets: Mapping[str, Path], tokenizer: Path, scratch: Path, tmp: Path
+    attrs: Mapping[str, Any], sets: Mapping[str, Path], tokenizer: Path, scratch: Path, tmp: Path, distributed: bool = False
 ) -> levanter_train_lm.TrainLmConfig:
     """Levanter's config for a `train_lm` target: checkpoints, metrics and HF exports in `scratch`."""
     mixture = attrs["data"]
@@ -261,30 +264,43 @@ def train_config(
         model=model_config(attrs["model"], tokenizer, tmp),
         optimizer=optimizer_config(attrs["optimizer"]),
         trainer=trainer_config(
-            attrs["trainer"], attrs["seed"], scratch / "checkpoints", scratch / "metrics.jsonl", tmp / "levanter-logs"
+            attrs["trainer"], attrs["seed"], scratch / "checkpoints", _metrics_file(scratch, tmp), tmp / "levanter-logs", distributed
         ),
         hf_save_path=str(scratch / "hf"),
         hf_save_steps=attrs["trainer"]["steps"],
     )
 
 
-def train(attrs: Mapping[str, Any], data: Mapping[str, str], out: Path, scratch: Path, tmp: Path) -> dict[str, Any]:
+def _metrics_file(scratch: Path, tmp: Path) -> Path:
+    """Where this process's tracker writes: the scratch space for process 0 (the one whose
+    output is published), a file of its own for the other hosts of a multi-host run."""
+    return scratch / "metrics.jsonl" if jax.process_index() == 0 else tmp / "metrics.jsonl"
+
+
+def train(
+    attrs: Mapping[str, Any], data: Mapping[str, str], out: Path, scratch: Path, tmp: Path, distributed: bool = False
+) -> dict[str, Any]:
     """Train (or resume) into `scratch`, then write the outputs of `train_lm` into `out`.
 
     `data` maps each input label to its output location (directory or store URL);
-    `attrs["data"]` is one of them or a `{label: weight}` mixture.
+    `attrs["data"]` is one of them or a `{label: weight}` mixture. `distributed`: this is
+    one process of a multi-host run, already in JAX distributed; `scratch` is shared by
+    all of them.
     """
     started = time.time()
     sets, tokenizer = tokenized_sets(data, tmp)
-    config = train_config(attrs, sets, tokenizer, scratch, tmp)
-    checkpoints, metrics, exports = scratch / "checkpoints", scratch / "metrics.jsonl", scratch / "hf"
+    config = train_config(attrs, sets, tokenizer, scratch, tmp, distributed)
+    checkpoints, exports = scratch / "checkpoints", scratch / "hf"
     last = f"step-{attrs['trainer']['steps'] - 1}"
     finished = (exports / last).is_dir()
-    if not finished:
+    if not finished and jax.process_index() == 0:
         # A final checkpoint without its HF export (the run was killed in between) cannot
         # be resumed from: Levanter refuses a run with no steps left. Redo the last stretch.
         shutil.rmtree(checkpoints / last, ignore_errors=True)
-    resumed_from = _keep_metrics_until_checkpoint(checkpoints, metrics)
+    if distributed:
+        multihost_utils.sync_global_devices("marinbuild: scratch ready")
+    resumed_from = _keep_metrics_until_checkpoint(checkpoints, _metrics_file(scratch, tmp))
+    metrics = scratch / "metrics.jsonl"
     if not finished:
         levanter_train_lm.main(config)
     if not (checkpoints / last / "metadata.json").exists():

@@ -15,7 +15,7 @@ from pathlib import Path
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context
-from marinbuild.targets.rule import Execution, Resources, Rule
+from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule
 
 ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
 # The `trainer` dict: training length and batching, how often to evaluate and checkpoint.
@@ -68,11 +68,14 @@ def _validate_train(attrs: Mapping[str, JsonValue]) -> None:
 
 
 def _train_lm(ctx: Context) -> None:
+    from marinbuild.cluster.distributed import initialize_jax
+
+    initialize_jax(ctx.distributed)  # one process per host of a multi-host run: before JAX starts
     from rules import levanter_lm
 
     ctx.log.info("training; checkpoints in %s", ctx.scratch)
     data = {label: ctx.url(label) for label in ctx.inputs}
-    summary = levanter_lm.train(ctx.attrs, data, ctx.out, ctx.scratch, ctx.tmp)
+    summary = levanter_lm.train(ctx.attrs, data, ctx.out, ctx.scratch, ctx.tmp, ctx.distributed is not None)
     ctx.log.info("summary: %s", summary)
 
 
@@ -93,6 +96,9 @@ train_lm = Rule(
     resources=Resources(cpu=2, memory_gb=4),
     resumable=True,
     reads_urls=True,
+    # A preempted or killed run resumes from its checkpoints in the key's scratch.
+    retry=RetryPolicy(worker_lost=10),
+    multi_host=True,
     packages=ML_PACKAGES,
 )
 

@@ -29,7 +29,7 @@ from typing import Any
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr
 from marinbuild.targets.context import Context
-from marinbuild.targets.rule import Execution, Resources, Rule
+from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule
 from rules.corpus_shards import SPLITS, SUMMARY, corpus_root, read_split, read_summary
 from rules.tokenizer import tokenizer_directory
 
@@ -133,6 +133,7 @@ tokenize = Rule(
     execution=Execution.SUBPROCESS,
     packages=("levanter", "tokenizers", "transformers"),
     resources=RESOURCES,
+    retry=RetryPolicy(worker_lost=3, failed=1),
     doc=(
         "Tokenize a corpus into Levanter token caches. Output: train/ and validation/ caches "
         "(point a Levanter text dataset config's cache_dir here), tokenizer/ (a copy of the "

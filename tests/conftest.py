@@ -203,3 +203,13 @@ def gcs_bucket(fake_gcs_server, monkeypatch) -> str:
     """A fresh, empty bucket on the fake server; STORAGE_EMULATOR_HOST points at it."""
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs_server.url)
     return fake_gcs_server.new_bucket()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster (2 CPUs, this machine only) shared by the tests of one worker; its address."""
+    from ray_cluster import LocalRayCluster
+
+    cluster = LocalRayCluster()
+    yield cluster.address
+    cluster.stop()

@@ -334,7 +334,7 @@ def test_unknown_and_missing_attributes(tmp_path, source, line, message, hint):
         ("filegroup(name = 'x', description = 3)", "filegroup 'x': attribute 'description': expected a string, got int 3"),
         ("genrule(name = 'x', outs = ['a'], cmd = True)", "genrule 'x': attribute 'cmd': expected a string, got bool True"),
         ("filegroup(name = 'x', resources = [])", "filegroup 'x': attribute 'resources': expected a dict, got list []"),
-        ("filegroup(name = 'x', resources = {'gpu': 1})", "filegroup 'x': unknown resource fields ['gpu']; known: accelerator, accelerator_count, cpu, memory_gb"),
+        ("filegroup(name = 'x', resources = {'gpu': 1})", "filegroup 'x': unknown resource fields ['gpu']; known: accelerator, accelerator_count, cpu, hosts, memory_gb, slices"),
         ("py_step(name = 'x', fn = 'steps:f')", "py_step 'x': attribute 'fn': expected 'FILE_LABEL:function' naming a .py file and a function, got 'steps:f'"),
         ("py_step(name = 'x', fn = 's.py:f', config = {1: 2})", "py_step 'x': attribute 'config': dict keys must be strings, got int 1"),
         ("filegroup(name = 'x', srcs = [':a', '//p:a'])", "filegroup 'x': attribute 'srcs': duplicate labels ['//p:a']"),

@@ -83,7 +83,7 @@ def test_unknown_setting_is_an_error(tmp_path, config_name):
         open_workspace(ws)
     config = ws.resolve() / config_name
     assert caught.value.message == f"{config}: unknown settings ['bogus', 'stroe']"
-    assert caught.value.hint == "known settings: ['ignore', 'jobs', 'rules', 'store']"
+    assert caught.value.hint == "known settings: ['executor', 'ignore', 'jobs', 'ray_address', 'rules', 'store']"
 
 
 def test_invalid_toml_is_an_error(tmp_path):

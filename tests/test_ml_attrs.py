@@ -29,5 +29,5 @@ def test_resources_name_accelerators() -> None:
     default = Resources(cpu=2)
     wanted = Resources.from_json({"accelerator": "H100", "accelerator_count": 8}, default)
     assert (wanted.cpu, wanted.accelerator, wanted.accelerator_count) == (2, "H100", 8)
-    with pytest.raises(ValueError, match="known: accelerator, accelerator_count, cpu, memory_gb"):
+    with pytest.raises(ValueError, match="known: accelerator, accelerator_count, cpu, hosts, memory_gb, slices"):
         Resources.from_json({"gpus": 8}, default)

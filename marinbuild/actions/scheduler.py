@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
-import json
 import os
 import platform
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -32,7 +30,8 @@ from typing import Any
 
 import marinbuild
 from marinbuild.actions import keys
-from marinbuild.targets.context import Context, InputFiles, StepFailed
+from marinbuild.targets.context import Context, StepFailed
+from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, WorkerLost, input_files
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
@@ -41,7 +40,7 @@ from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup,
 from marinbuild.store.action_cache import new_attempt_id
 from marinbuild.store.live_sync import HolderLogTail, ScratchMirror, syncing
 from marinbuild.store.remote import RemoteStore
-from marinbuild.targets.rule import Execution, Resources, Target
+from marinbuild.targets.rule import Resources, RetryPolicy, Target
 
 
 @dataclass(frozen=True)
@@ -50,6 +49,9 @@ class BuildOptions:
     keep_going: bool = False
     dry_run: bool = False
     capacity: Resources = field(default_factory=lambda: machine_capacity())
+    executor: str = "local"  # or "ray": see marinbuild/cluster/ray_executor.py
+    ray_address: str | None = None
+    ray_placement_timeout_s: float = 600.0
 
 
 def machine_capacity() -> Resources:
@@ -74,6 +76,7 @@ class _Outcome:
     log: Path | None = None
     ran: bool = True  # False when another builder published it while we waited
     attempt: str | None = None  # the id of the attempt that ran it
+    failure: str | None = None  # "worker_lost" or "failed": which retry budget a failure uses
 
 
 class Provenance:
@@ -136,8 +139,10 @@ class Scheduler:
         options: BuildOptions,
         reporter: Reporter,
         workspace: Path,
+        executor: Executor | None = None,
     ):
         self.graph = graph
+        self.executor = executor or LocalExecutor()
         self.cache = cache
         self.salt = salt
         self.options = options
@@ -182,6 +187,7 @@ class Scheduler:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                 except KeyboardInterrupt:
                     self._interrupted.set()  # before the pool waits for the running steps to stop
+                    self.executor.cancel()
                     raise
                 for future in done:
                     planned = running.pop(future)
@@ -310,17 +316,23 @@ class Scheduler:
                 again = self.cache.lookup(planned.key)
                 if again.outputs is not None:
                     return _Outcome(again.outputs, time.monotonic() - started, ran=False)
-                attempt = self.cache.start_attempt(planned.key, label, self._attempt_info(planned))
-                with reporting_transfers(lambda done, total, unit: self.reporter.step_progress(label, done, total, unit)):
-                    return self._attempt(planned, attempt, lease, started)
+                tries = _Tries(planned.target.rule.retry)
+                while True:
+                    attempt = self.cache.start_attempt(planned.key, label, self._attempt_info(planned, tries.number))
+                    with reporting_transfers(lambda done, total, unit: self.reporter.step_progress(label, done, total, unit)):
+                        outcome = self._attempt(planned, attempt, lease, started)
+                    if not tries.again(outcome.failure):
+                        return outcome
+                    self.reporter.warning(f"{label}: attempt {tries.number - 1} failed ({outcome.error}); trying again")
         except Exception:  # noqa: BLE001 - a bug or an I/O error must fail one step, not hang the build
             return _Outcome(None, time.monotonic() - started, f"internal error:\n{traceback.format_exc()}")
         finally:
             holder_log.stop()
 
-    def _attempt_info(self, planned: _Planned) -> dict[str, Any]:
+    def _attempt_info(self, planned: _Planned, number: int) -> dict[str, Any]:
         rule = planned.target.rule
         return {
+            "attempt_number": number,
             "rule": rule.name,
             "rule_version": rule.version,
             "started": _now(),
@@ -332,17 +344,19 @@ class Scheduler:
     def _attempt(self, planned: _Planned, attempt: Attempt, lease: Lease, started: float) -> _Outcome:
         label = str(planned.target.label)
         scratch = self._scratch(planned)
+        dependencies = self._dependencies(planned.target)
+        runs_here = self.executor.runs_here
         mirror = None
         if scratch is not None and isinstance(self.cache.store, RemoteStore):
-            mirror = ScratchMirror(self.cache.store, planned.key, scratch)
-            restored = mirror.restore()
+            mirror = ScratchMirror(self.cache.store, planned.key, scratch)  # a remote executor's hosts sync it
+            restored = mirror.restore() if runs_here else 0
             if restored:
                 self.reporter.warning(f"{label}: resuming from {restored} checkpoint files left in the store by an earlier attempt")
         context = Context(
             label=label,
             key=planned.key,
             attrs=dict(planned.target.attrs),
-            inputs=self._inputs(planned.target),
+            inputs=input_files(self.cache, dependencies, planned.target.rule.reads_urls) if runs_here else {},
             out=attempt.out,
             tmp=attempt.tmp,
             log_path=attempt.log_path,
@@ -355,40 +369,42 @@ class Scheduler:
         if lease.lost:
             context.processes.stop()
         exit_status: int | None = None
+        uploaded = None
+        error = failure = None
         try:
-            with syncing(self.cache.store, planned.key, attempt.attempt_id, attempt.log_path, mirror):
-                if planned.target.rule.execution is Execution.SUBPROCESS:
-                    _run_in_subprocess(planned.target, context)
-                else:
-                    planned.target.rule.impl(context)
-            error = None
-        except StepFailed as failure:
-            error, exit_status = str(failure), failure.exit_status
-        except Exception as failure:  # noqa: BLE001 - the rule's own bug, reported with its traceback
+            with syncing(self.cache.store, planned.key, attempt.attempt_id, attempt.log_path, mirror if runs_here else None):
+                uploaded = self.executor.run(planned.target, context, dependencies)
+        except WorkerLost as lost:
+            error, failure = f"worker lost: {lost}", "worker_lost"
+        except StepFailed as failed:
+            error, exit_status, failure = str(failed), failed.exit_status, "failed"
+        except Exception as failed:  # noqa: BLE001 - the rule's own bug, reported with its traceback
             context.log.error("%s", traceback.format_exc())
-            error = f"{type(failure).__name__}: {failure}"
+            error, failure = f"{type(failed).__name__}: {failed}", "failed"
         finally:
             close_logger(context.log)
         status = AttemptStatus.FAILED
         if lease.lost:
-            status = AttemptStatus.LEASE_LOST
+            status, failure = AttemptStatus.LEASE_LOST, None
             error = "lost the lease on this key to another builder; stopped the step and did not publish it"
         elif error is not None and self._was_interrupted(exit_status):
-            status = AttemptStatus.CANCELLED
+            status, failure = AttemptStatus.CANCELLED, None
             error = f"the build was interrupted while the step ran: {error}"
         duration = time.monotonic() - started
         log = self.cache.store.local_path(layout.attempt_log(planned.key, attempt.attempt_id))
         if error is not None:
             details = {"exit_status": exit_status} if exit_status is not None else {}
+            if failure is not None:
+                details["failure"] = failure
             self.cache.finish_attempt(attempt, status, error=error, finished=_now(), duration_s=duration, **details)
-            return _Outcome(None, duration, error, log, attempt=attempt.attempt_id)
+            return _Outcome(None, duration, error, log, attempt=attempt.attempt_id, failure=failure)
         provenance = {
             **attempt.record,
             "finished": _now(),
             "duration_s": round(duration, 3),
         }
         provenance.pop("status", None)
-        outputs = self.cache.publish(attempt, planned.recipe, provenance)
+        outputs = self.cache.publish(attempt, planned.recipe, provenance, uploaded)
         self.cache.finish_attempt(attempt, AttemptStatus.SUCCEEDED, finished=_now(), duration_s=duration)
         if scratch is not None:  # published: the checkpoints are of no further use
             if mirror is not None:
@@ -404,21 +420,11 @@ class Scheduler:
             return self._interrupted.wait(_SIGNAL_GRACE_S)
         return self._interrupted.is_set()
 
-    def _inputs(self, target: Target) -> dict[str, InputFiles]:
-        """Each input as local files, downloaded from a remote store unless the rule reads URLs."""
-        by_url = target.rule.reads_urls and isinstance(self.cache.store, RemoteStore)
-        inputs: dict[str, InputFiles] = {}
-        for label in self.graph.deps[str(target.label)]:
-            if label in self.graph.sources:
-                path = self.graph.sources[label].path
-                inputs[label] = InputFiles(path, (path,), str(path))
-            elif by_url:
-                inputs[label] = InputFiles(None, (), self._outputs[label].directory)
-            else:
-                outputs = self._outputs[label]
-                root = self.cache.local_dir(outputs)
-                inputs[label] = InputFiles(root, tuple(root / item.path for item in outputs.manifest.files), outputs.directory)
-        return inputs
+    def _dependencies(self, target: Target) -> Dependencies:
+        return {
+            label: self.graph.sources[label].path if label in self.graph.sources else self._outputs[label]
+            for label in self.graph.deps[str(target.label)]
+        }
 
     def _scratch(self, planned: _Planned) -> Path | None:
         if not planned.target.rule.resumable:
@@ -431,38 +437,27 @@ class Scheduler:
 _SIGNAL_GRACE_S = 2.0
 
 
+class _Tries:
+    """Counts a step's attempts against its rule's retry policy."""
+
+    def __init__(self, policy: RetryPolicy):
+        self.policy = policy
+        self.number = 1
+        self.used = {"worker_lost": 0, "failed": 0}
+
+    def again(self, failure: str | None) -> bool:
+        """Whether to try again after an attempt that ended with `failure` (None: it
+        succeeded, or must not be retried: interrupted, lease lost)."""
+        if failure is None or self.used[failure] >= getattr(self.policy, failure):
+            return False
+        self.used[failure] += 1
+        self.number += 1
+        return True
+
+
 def _add(used: Resources, need: Resources, sign: int) -> Resources:
     return Resources(cpu=used.cpu + sign * need.cpu, memory_gb=used.memory_gb + sign * need.memory_gb)
 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _run_in_subprocess(target: Target, context: Context) -> None:
-    """Run the rule in `python -m marinbuild.actions.worker`, relaying progress."""
-    request = json.dumps({"impl": target.rule.impl_path, "context": context.to_json()})
-    error: str | None = None
-    exit_status: int | None = None
-    with open(context.log_path, "ab") as log, context.processes.popen(
-        [sys.executable, "-m", "marinbuild.actions.worker"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        cwd=context.tmp,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(context.workspace), os.environ.get("PYTHONPATH")]))},
-    ) as process:
-        assert process.stdin is not None and process.stdout is not None
-        process.stdin.write(request)
-        process.stdin.close()
-        for line in process.stdout:
-            message = json.loads(line)
-            if "progress" in message:
-                context.progress(*message["progress"])
-            elif "error" in message:
-                error, exit_status = message["error"], message.get("exit_status")
-        returncode = process.wait()
-    if returncode != 0:
-        raise StepFailed(error or f"worker process exited with status {returncode}", exit_status if error else returncode)
-

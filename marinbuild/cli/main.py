@@ -5,7 +5,10 @@ Exit status: 0 success, 1 a step failed, 2 bad input or usage.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -18,6 +21,7 @@ import click
 import marinbuild
 from marinbuild.actions.scheduler import BuildOptions
 from marinbuild.actions.results import Reporter
+from marinbuild.targets.rule import Resources
 from marinbuild.cli.progress import PlainReporter
 from marinbuild import provenance
 from marinbuild.cli import records
@@ -120,14 +124,43 @@ def _is_subtraction(arg: str) -> bool:
 @click.option("--keep-going", "-k", is_flag=True, help="Build what does not depend on a failure.")
 @click.option("--dry-run", "-n", is_flag=True, help="Print what would run and why; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every target's result.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), help="Where steps run (default: the workspace's setting, else local).")
+@click.option("--ray-address", metavar="ADDRESS", help="Ray cluster to run steps on (HOST:PORT or 'auto'; default: the setting, else a new local instance).")
+@click.option(
+    "--ray-placement-timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
+    help="Fail a step the Ray cluster cannot place within this time.",
+)
 @click.pass_context
 @_handles_errors
-def build(ctx: click.Context, patterns: tuple[str, ...], jobs: int | None, keep_going: bool, dry_run: bool, as_json: bool) -> None:
+def build(
+    ctx: click.Context,
+    patterns: tuple[str, ...],
+    jobs: int | None,
+    keep_going: bool,
+    dry_run: bool,
+    as_json: bool,
+    executor: str | None,
+    ray_address: str | None,
+    ray_placement_timeout: float,
+) -> None:
     """Build the targets matched by PATTERNS (`//pkg:name`, `//pkg:all`, `//pkg/...`, `-PATTERN`)."""
     session = _session(ctx)
-    options = BuildOptions(jobs=jobs or session.workspace.jobs or os.cpu_count() or 1, keep_going=keep_going, dry_run=dry_run)
+    executor = executor or session.workspace.executor
+    options = BuildOptions(
+        jobs=jobs or session.workspace.jobs or os.cpu_count() or 1,
+        keep_going=keep_going,
+        dry_run=dry_run,
+        executor=executor,
+        ray_address=ray_address or session.workspace.ray_address,
+        ray_placement_timeout_s=ray_placement_timeout,
+    )
+    if executor == "ray":  # the cluster queues steps by their resources, not this machine
+        options = dataclasses.replace(options, capacity=Resources(cpu=math.inf, memory_gb=math.inf))
     reporter = _reporter(live=sys.stderr.isatty() and not dry_run)
-    result = session.build(patterns, options, reporter)
+    # Ray's driver prints what its workers report (a worker died...) on sys.stdout, which
+    # holds only results here: send it to stderr, with the rest of the build's chatter.
+    with contextlib.redirect_stdout(sys.stderr) if executor == "ray" else contextlib.nullcontext():
+        result = session.build(patterns, options, reporter)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     elif dry_run:

@@ -354,7 +354,9 @@ class PackageLoader:
             except (ValueError, LabelError) as error:
                 raise LoadError(f"{what}: attribute '{attr_name}': {error}", location=location) from None
         try:
-            Resources.from_json(attrs["resources"], rule.resources)
+            resources = Resources.from_json(attrs["resources"], rule.resources)
+            if resources.processes > 1 and not rule.multi_host:
+                raise ValueError(f"resources ask for {resources.processes} hosts, but {rule.name} runs on one host")
             if rule.validate is not None:
                 rule.validate(attrs)
         except ValueError as error:

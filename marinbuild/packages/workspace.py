@@ -14,7 +14,8 @@ from pathlib import Path
 from marinbuild.errors import WorkspaceError
 
 BUILD_FILE = "BUILD.marin"
-_KNOWN_SETTINGS = {"store", "jobs", "rules", "ignore"}
+_KNOWN_SETTINGS = {"store", "jobs", "rules", "ignore", "executor", "ray_address"}
+EXECUTORS = ("local", "ray")
 # Never packages: VCS data, virtual environments, caches. The store is added at runtime.
 _ALWAYS_IGNORED = {".git", ".hg", "node_modules", "__pycache__", ".venv", "venv", ".marinbuild"}
 
@@ -27,6 +28,8 @@ class Workspace:
     jobs: int | None = None
     rule_modules: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    executor: str = "local"
+    ray_address: str | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -107,8 +110,16 @@ def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
     store = settings.get("store", "cache")
     if not isinstance(store, str) or not store:
         raise WorkspaceError(f"{config_file}: 'store' must be a directory or URL string, got {store!r}")
+    executor = settings.get("executor", "local")
+    if executor not in EXECUTORS:
+        raise WorkspaceError(f"{config_file}: 'executor' must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    ray_address = settings.get("ray_address")
+    if ray_address is not None and not isinstance(ray_address, str):
+        raise WorkspaceError(f"{config_file}: 'ray_address' must be a string (HOST:PORT, 'auto' or 'local'), got {ray_address!r}")
     return Workspace(
         root=root,
+        executor=executor,
+        ray_address=ray_address,
         config_file=config_file,
         store=store,
         jobs=jobs,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from marinbuild.errors import StoreError
 from marinbuild.store import layout
-from marinbuild.store.action_cache import ActionCache, Attempt, AttemptStatus, CacheEntry, Lookup, Outputs
+from marinbuild.store.action_cache import ActionCache, Attempt, AttemptStatus, CacheEntry, Lookup, Outputs, Uploaded
 from marinbuild.store.base import Lease, ObjectStat, Store
 from marinbuild.store.local import LocalStore
 from marinbuild.store.remote import reporting_transfers
@@ -22,6 +22,7 @@ __all__ = [
     "ObjectStat",
     "Outputs",
     "Store",
+    "Uploaded",
     "initialize",
     "open_store",
     "reporting_transfers",

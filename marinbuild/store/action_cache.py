@@ -112,6 +112,21 @@ class Lookup:
     problem: str | None = None
 
 
+@dataclass(frozen=True)
+class Uploaded:
+    """Outputs moved or uploaded under their key, with no entry yet: what `publish` commits."""
+
+    manifest: Manifest
+    checksums: dict[str, str]  # the backend's, by path (remote stores)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": self.manifest.to_json(), "checksums": self.checksums}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Uploaded:
+        return cls(Manifest.from_json(data["files"]), data["checksums"])
+
+
 @dataclass
 class Attempt:
     """One try at running a key; recorded in the store whatever its outcome."""
@@ -274,24 +289,36 @@ class ActionCache:
         )
         shutil.rmtree(attempt.staging, ignore_errors=True)
 
-    def publish(self, attempt: Attempt, recipe: dict[str, Any], provenance: dict[str, Any]) -> Outputs:
-        """Publish an attempt's outputs under its key; the first entry of a key wins."""
-        manifest = hash_tree(attempt.out)
+    def publish(
+        self, attempt: Attempt, recipe: dict[str, Any], provenance: dict[str, Any], uploaded: Uploaded | None = None
+    ) -> Outputs:
+        """Publish an attempt's outputs under its key; the first entry of a key wins.
+
+        `uploaded`: outputs a remote worker already uploaded under the key (`upload`);
+        otherwise they are uploaded from `attempt.out` here."""
         existing = self.lookup(attempt.key)
         if existing.outputs is not None:
             return existing.outputs
         if existing.problem is not None:
             self._quarantine(attempt.key, attempt.attempt_id)
-        remote = isinstance(self.store, RemoteStore)
-        if remote:
-            self.local_cache.adopt(attempt.out, manifest)
-        checksums = self.store.put_dir(attempt.out, layout.output(attempt.key))
+        return self._commit(attempt, uploaded or self.upload(attempt.key, attempt.out), recipe, provenance)
+
+    def upload(self, key: str, directory: Path) -> Uploaded:
+        """Hash a finished step's output directory and move or upload it under `key`:
+        the first half of publishing, which a worker on another machine can do itself."""
+        manifest = hash_tree(directory)
+        if isinstance(self.store, RemoteStore):
+            self.local_cache.adopt(directory, manifest)
+        return Uploaded(manifest, self.store.put_dir(directory, layout.output(key)))
+
+    def _commit(self, attempt: Attempt, uploaded: Uploaded, recipe: dict[str, Any], provenance: dict[str, Any]) -> Outputs:
+        manifest = uploaded.manifest
         root = self.output_dir(attempt.key)
-        if not remote:
+        if not isinstance(self.store, RemoteStore):
             for item in manifest.files:
                 self.stat_cache.record(f"{root}/{item.path}", item.digest)
         entry = CacheEntry(
-            attempt.key, attempt.label, manifest, recipe, provenance, attempt.attempt_id, manifest.tree_digest, checksums
+            attempt.key, attempt.label, manifest, recipe, provenance, attempt.attempt_id, manifest.tree_digest, uploaded.checksums
         )
         if not self.store.create_only(layout.entry(attempt.key), canonical_json(entry.to_json()).encode()):
             winner = self.lookup(attempt.key).outputs

@@ -108,11 +108,12 @@ class ScratchMirror:
 
 
 @contextlib.contextmanager
-def syncing(store: Store, key: str, attempt_id: str, log: Path, scratch: ScratchMirror | None) -> Iterator[None]:
+def syncing(store: Store, key: str, attempt_id: str, log: Path | None, scratch: ScratchMirror | None) -> Iterator[None]:
     """Upload the attempt's log (and scratch) every interval while the block runs, and
-    once more at its end, whatever the outcome."""
-    log_uploader = _LogUploader(store, log, layout.attempt_log(key, attempt_id))
-    syncs: list[Callable[[], None]] = [log_uploader.sync] + ([scratch.sync] if scratch is not None else [])
+    once more at its end, whatever the outcome. (`log` None: a Ray host syncs only the
+    scratch; the driver uploads the log it streams from every host.)"""
+    syncs: list[Callable[[], None]] = [] if log is None else [_LogUploader(store, log, layout.attempt_log(key, attempt_id)).sync]
+    syncs += [scratch.sync] if scratch is not None else []
     stopping = threading.Event()
 
     def run_all() -> None:

@@ -1,6 +1,6 @@
 """Targets: the rules API (attributes, rules, targets, the step context) and the built-in rules."""
 
 from marinbuild.targets.attrs import REQUIRED, Attr, AttrType
-from marinbuild.targets.rule import Execution, Resources, Rule, Target
+from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule, Target
 
-__all__ = ["REQUIRED", "Attr", "AttrType", "Execution", "Resources", "Rule", "Target"]
+__all__ = ["REQUIRED", "Attr", "AttrType", "Execution", "Resources", "RetryPolicy", "Rule", "Target"]

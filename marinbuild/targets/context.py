@@ -99,6 +99,9 @@ class Context:
     log_path: Path
     workspace: Path
     scratch: Path | None = None
+    # For a multi-host step, this process's part: {"coordinator": "host:port",
+    # "num_processes": N, "process_id": i} (JAX distributed); None on one host.
+    distributed: dict[str, Any] | None = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("marinbuild.step"))
     progress_fn: ProgressFn | None = None
     processes: ChildProcesses = field(default_factory=ChildProcesses)
@@ -144,6 +147,7 @@ class Context:
             "log_path": str(self.log_path),
             "workspace": str(self.workspace),
             "scratch": None if self.scratch is None else str(self.scratch),
+            "distributed": self.distributed,
         }
 
     @classmethod
@@ -165,4 +169,5 @@ class Context:
             log_path=Path(data["log_path"]),
             workspace=Path(data["workspace"]),
             scratch=None if data["scratch"] is None else Path(data["scratch"]),
+            distributed=data.get("distributed"),
         )

@@ -18,6 +18,7 @@ from marinbuild.errors import Location
 from marinbuild.labels import Label
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
+from marinbuild.targets.tpu import TpuSlice, is_tpu_type, tpu_slice
 
 if TYPE_CHECKING:
     from marinbuild.targets.context import Context
@@ -37,31 +38,73 @@ class Execution(enum.Enum):
 
 @dataclass(frozen=True)
 class Resources:
-    """What a step needs from the machine; the scheduler never oversubscribes CPUs and memory.
+    """What a step needs; the local scheduler never oversubscribes CPUs and memory.
 
-    `accelerator` ("H100", "v5p-64") and `accelerator_count` say what hardware a step wants;
-    the local scheduler records them but runs on whatever this machine has.
+    `cpu` and `memory_gb` are per host. `accelerator` is a GPU kind ("H100", with
+    `accelerator_count` GPUs per host) or a TPU slice type ("v5p-64": the type says the
+    chips and hosts; `slices` asks for several). `hosts` runs a multi-host step (GPU or
+    CPU) as that many processes, one per host. The local scheduler records accelerators
+    but runs on whatever this machine has; the Ray executor places steps by them.
     """
 
     cpu: float = 1.0
     memory_gb: float = 0.0
     accelerator: str | None = None
     accelerator_count: int = 0
+    hosts: int = 1
+    slices: int = 1
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any] | None, default: Resources) -> Resources:
         if not value:
             return default
-        known = {"cpu", "memory_gb", "accelerator", "accelerator_count"}
+        known = {"cpu", "memory_gb", "accelerator", "accelerator_count", "hosts", "slices"}
         unknown = set(value) - known
         if unknown:
             raise ValueError(f"unknown resource fields {sorted(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(
+        resources = cls(
             cpu=float(value.get("cpu", default.cpu)),
             memory_gb=float(value.get("memory_gb", default.memory_gb)),
             accelerator=value.get("accelerator", default.accelerator),
             accelerator_count=int(value.get("accelerator_count", default.accelerator_count)),
+            hosts=int(value.get("hosts", default.hosts)),
+            slices=int(value.get("slices", default.slices)),
         )
+        resources.check()
+        return resources
+
+    @property
+    def tpu(self) -> TpuSlice | None:
+        return tpu_slice(self.accelerator) if is_tpu_type(self.accelerator) else None
+
+    @property
+    def processes(self) -> int:
+        """How many processes (one per host) the step runs as."""
+        tpu = self.tpu
+        return tpu.hosts * self.slices if tpu is not None else self.hosts
+
+    def check(self) -> None:
+        if self.hosts < 1 or self.slices < 1:
+            raise ValueError("resources: 'hosts' and 'slices' must be at least 1")
+        if is_tpu_type(self.accelerator):
+            tpu_slice(str(self.accelerator))
+            if self.hosts != 1:
+                raise ValueError(f"resources: a TPU slice's type says its hosts ({self.accelerator}); ask for more with 'slices', not 'hosts'")
+        elif self.slices != 1:
+            raise ValueError("resources: 'slices' counts TPU slices; give a TPU type as 'accelerator' (e.g. v5p-64)")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often a step is tried again within one build; each try is an attempt record.
+
+    `worker_lost`: after the process running it died without reporting (preempted host,
+    killed worker, lost node) — a resumable rule continues from its checkpoints.
+    `failed`: after the step itself failed (an exception, a non-zero exit).
+    """
+
+    worker_lost: int = 2
+    failed: int = 0
 
 
 # Attributes every rule has. None of them is identity: renaming a target, retagging it
@@ -70,7 +113,7 @@ COMMON_ATTRS: dict[str, Attr] = {
     "name": Attr(types.STRING, identity=False, doc="The target's name within its package."),
     "tags": Attr(types.STRING_LIST, default=[], identity=False, doc="'manual' keeps it out of wildcards."),
     "description": Attr(types.STRING, default="", identity=False),
-    "resources": Attr(types.DICT, default={}, identity=False, doc="{'cpu': N, 'memory_gb': N, 'accelerator': 'H100', 'accelerator_count': 8}"),
+    "resources": Attr(types.DICT, default={}, identity=False, doc="{'cpu': N, 'memory_gb': N, 'accelerator': 'H100' or 'v5p-64', 'accelerator_count': 8, 'hosts': N, 'slices': N}"),
 }
 
 
@@ -88,6 +131,10 @@ class Rule:
     # The implementation reads its inputs through `ctx.url(label)` (fsspec, tensorstore):
     # on a remote store nothing is downloaded for it, and `ctx.files(label)` is an error.
     reads_urls: bool = False
+    retry: RetryPolicy = RetryPolicy()
+    # True: the impl runs once per host of a multi-host request (TPU slice, GPU hosts), each
+    # process seeing `ctx.distributed`; False: a request for several hosts is refused.
+    multi_host: bool = False
     execution: Execution = Execution.THREAD
     # Distributions whose versions are recorded in each output's provenance (e.g. "jax").
     packages: tuple[str, ...] = ()

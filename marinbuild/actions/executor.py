@@ -1,0 +1,108 @@
+"""Executors: where one attempt of a step runs. The scheduler keeps the lease, the
+attempt records and publication; an executor only runs the rule.
+
+`LocalExecutor` runs a rule in the builder (THREAD) or in a worker process on this
+machine (SUBPROCESS). The Ray executor (`marinbuild/cluster/ray_executor.py`) runs it on
+a cluster's hosts, which upload the outputs under the key themselves.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from marinbuild.store import ActionCache, Outputs, Uploaded
+from marinbuild.store.remote import RemoteStore
+from marinbuild.targets.context import Context, InputFiles, StepFailed
+from marinbuild.targets.rule import Execution, Target
+
+# What a step reads: a workspace source file, or a dependency's published outputs.
+Dependencies = Mapping[str, "Path | Outputs"]
+
+
+class WorkerLost(Exception):
+    """The process (or host) running a step died without reporting: preempted, killed,
+    out of memory. Unlike a failure of the step itself, trying again may well succeed."""
+
+
+class Executor(abc.ABC):
+    # True: steps run on this machine, with inputs and scratch the scheduler prepares here;
+    # False: the executor's hosts fetch inputs and keep scratch themselves.
+    runs_here: bool = True
+
+    @abc.abstractmethod
+    def run(self, target: Target, context: Context, dependencies: Dependencies) -> Uploaded | None:
+        """Run one attempt. Returns outputs already uploaded under the key by a remote
+        worker, or None when they are in `context.out`. Raises StepFailed when the step
+        failed, WorkerLost when its worker died."""
+
+    def cancel(self) -> None:
+        """The build was interrupted: stop every running step. (Locally the terminal's
+        Ctrl-C has already reached the worker processes.)"""
+
+    def close(self) -> None:
+        """Release what the executor holds (a cluster connection)."""
+
+
+def input_files(cache: ActionCache, dependencies: Dependencies, reads_urls: bool) -> dict[str, InputFiles]:
+    """Each input as local files (a source in place, outputs through the store's local
+    copy), except that a rule which reads URLs downloads nothing from a remote store."""
+    by_url = reads_urls and isinstance(cache.store, RemoteStore)
+    inputs: dict[str, InputFiles] = {}
+    for label, dependency in dependencies.items():
+        if isinstance(dependency, Path):
+            inputs[label] = InputFiles(dependency, (dependency,), str(dependency))
+        elif by_url:
+            inputs[label] = InputFiles(None, (), dependency.directory)
+        else:
+            root = cache.local_dir(dependency)
+            inputs[label] = InputFiles(root, tuple(root / item.path for item in dependency.manifest.files), dependency.directory)
+    return inputs
+
+
+class LocalExecutor(Executor):
+    def run(self, target: Target, context: Context, dependencies: Dependencies) -> Uploaded | None:
+        if target.rule.execution is Execution.SUBPROCESS:
+            run_in_subprocess(target.rule.impl_path, context)
+        else:
+            target.rule.impl(context)
+        return None
+
+
+def run_in_subprocess(impl_path: str, context: Context) -> None:
+    """Run the rule in `python -m marinbuild.actions.worker`, relaying progress.
+
+    A worker killed by SIGKILL that the builder did not send (the kernel's OOM killer, a
+    killed Ray worker taking its child along) is reported as WorkerLost."""
+    request = json.dumps({"impl": impl_path, "context": context.to_json()})
+    error: str | None = None
+    exit_status: int | None = None
+    with open(context.log_path, "ab") as log, context.processes.popen(
+        [sys.executable, "-m", "marinbuild.actions.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        cwd=context.tmp,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(context.workspace), os.environ.get("PYTHONPATH")]))},
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(request)
+        process.stdin.close()
+        for line in process.stdout:
+            message = json.loads(line)
+            if "progress" in message:
+                context.progress(*message["progress"])
+            elif "error" in message:
+                error, exit_status = message["error"], message.get("exit_status")
+        returncode = process.wait()
+    if returncode == -signal.SIGKILL and error is None and not context.processes.stopped:
+        raise WorkerLost(f"the worker process was killed by signal {signal.Signals(-returncode).name}")
+    if returncode != 0:
+        raise StepFailed(error or f"worker process exited with status {returncode}", exit_status if error else returncode)

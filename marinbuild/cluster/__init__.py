@@ -1,0 +1,1 @@
+"""Running steps beyond this machine: resource placement and the Ray executor."""

@@ -1,0 +1,226 @@
+"""The Ray executor: each step runs on a Ray cluster's hosts, placed by its resources.
+
+The driver (the `marinbuild build` process) plans, holds each key's lease, records
+attempts and publishes entries, exactly as with local execution. What it hands to Ray
+is one attempt: one `StepHost` actor per host the step needs (one for most steps; a TPU
+slice's hosts, or several GPU or CPU hosts, for a multi-host rule), placed by the
+requests of `placement.py`. The hosts fetch inputs from the shared store and the first
+one uploads the outputs under the key; the driver streams their logs into the attempt's
+log and commits the entry. A step whose host dies is reported as WorkerLost, which the
+scheduler retries by the rule's policy; a step the cluster cannot place within the
+placement timeout fails with the resources it asked for and those the cluster has.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from marinbuild.actions.executor import Dependencies, Executor, WorkerLost
+from marinbuild.cluster.placement import Placement, placement
+from marinbuild.cluster.ray_host import StepHost, dependencies_to_json
+from marinbuild.errors import ClusterError
+from marinbuild.store import Uploaded
+from marinbuild.targets.context import Context, StepFailed
+from marinbuild.targets.rule import Target
+
+_POLL_S = 0.5
+# Passed on to the cluster's workers when set here: where the store is, and how leases age.
+_FORWARDED_ENV = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "MARINBUILD_LEASE_TTL_S")
+
+
+class RayExecutor(Executor):
+    runs_here = False
+
+    def __init__(self, store_url: str, workspace: Path, address: str | None, placement_timeout_s: float):
+        import ray
+
+        self.store_url = store_url
+        self.workspace = workspace
+        self.placement_timeout_s = placement_timeout_s
+        env = {name: os.environ[name] for name in _FORWARDED_ENV if name in os.environ}
+        try:
+            ray.init(
+                address=address,
+                log_to_driver=False,
+                include_dashboard=False if address is None else None,
+                runtime_env={"env_vars": env} if env else None,
+                configure_logging=False,
+            )
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            raise ClusterError(
+                f"cannot connect to the Ray cluster at {address or 'a new local instance'}: {error}",
+                hint="start one with 'ray start --head', or pass --ray-address HOST:PORT (or 'auto')",
+            ) from None
+        self._remote_host = ray.remote(StepHost)
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def close(self) -> None:
+        import ray
+
+        ray.shutdown()
+
+    def run(self, target: Target, context: Context, dependencies: Dependencies) -> Uploaded | None:
+        import ray
+
+        where = placement(target.resources)
+        hosts, reservations = self._place(where, context)
+        try:
+            addresses = ray.get([host.address.remote() for host in hosts])
+            distributed = self._rendezvous(hosts, addresses) if len(hosts) > 1 else [None]
+            request = {
+                "store": self.store_url,
+                "workspace": str(self.workspace),
+                "impl": target.rule.impl_path,
+                "label": context.label,
+                "key": context.key,
+                "attrs": context.attrs,
+                "resumable": context.scratch is not None,
+                "reads_urls": target.rule.reads_urls,
+                "dependencies": dependencies_to_json(dict(dependencies)),
+            }
+            for rank, host in enumerate(hosts):
+                host.start.remote({**request, "distributed": distributed[rank], "uploads": rank == 0})
+            return self._follow(hosts, addresses, context)
+        finally:
+            _release([*hosts, *reservations])
+
+    # -- placing a step ----------------------------------------------------------------
+
+    def _place(self, where: Placement, context: Context) -> tuple[list[Any], list[Any]]:
+        """Reserve the step's hosts (a placement group: all of them or none, within the
+        placement timeout), then start one actor in each. For TPU slices, an actor holding
+        each slice's head resource first says which slice the hosts must come from."""
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        deadline = time.monotonic() + self.placement_timeout_s
+        reservations: list[Any] = []
+        extra: list[dict[str, float]] = [{}] * where.slices
+        if where.slice_head is not None:
+            reservations = [self._remote_host.options(num_cpus=0, resources={where.slice_head: 1}).remote() for _ in range(where.slices)]
+            names = self._wait([actor.slice_name.remote() for actor in reservations], deadline, where, reservations)
+            extra = [{name: 1} for name in names]
+        per_host = [extra[index] for index in range(where.slices) for _ in range(where.hosts_per_slice)]
+        group = placement_group([where.host.bundle(resources) for resources in per_host], strategy="SPREAD")
+        reservations.append(_PlacementGroup(group, remove_placement_group))
+        self._wait([group.ready()], deadline, where, reservations)
+        hosts = [
+            self._remote_host.options(
+                **where.host.options(resources),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index),
+            ).remote()
+            for index, resources in enumerate(per_host)
+        ]
+        try:
+            ray.get([host.address.remote() for host in hosts])
+        except ray.exceptions.RayActorError as error:
+            _release([*hosts, *reservations])
+            raise StepFailed(f"a worker for the step could not start on the Ray cluster: {_first_line(error)}") from None
+        return hosts, reservations
+
+    def _wait(self, refs: list[Any], deadline: float, where: Placement, held: list[Any]) -> list[Any]:
+        import ray
+
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
+        if len(ready) < len(refs):
+            _release(held)
+            raise StepFailed(
+                f"the Ray cluster did not place the step within {self.placement_timeout_s:g} s: it asks for {where.describe()}; "
+                f"the cluster has {_describe(ray.cluster_resources())} in all, {_describe(ray.available_resources())} free "
+                "(a larger cluster, an autoscaler, or a longer --ray-placement-timeout)"
+            )
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayActorError as error:
+            _release(held)
+            raise StepFailed(f"a worker for the step could not start on the Ray cluster: {_first_line(error)}") from None
+
+    def _rendezvous(self, hosts: list[Any], addresses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Where the hosts of a multi-host step meet: JAX distributed's coordinator on host 0."""
+        import ray
+
+        coordinator = f"{addresses[0]['ip']}:{ray.get(hosts[0].free_port.remote())}"
+        return [{"coordinator": coordinator, "num_processes": len(hosts), "process_id": rank} for rank in range(len(hosts))]
+
+    # -- following a running step --------------------------------------------------------
+
+    def _follow(self, hosts: list[Any], addresses: list[dict[str, Any]], context: Context) -> Uploaded | None:
+        import ray
+
+        outcomes: list[dict[str, Any] | None] = [None] * len(hosts)
+        with open(context.log_path, "a") as log:
+            while any(outcome is None for outcome in outcomes):
+                if context.processes.stopped or self._cancelled.is_set():
+                    raise StepFailed("the step was stopped; its workers were killed")
+                for rank, host in enumerate(hosts):
+                    if outcomes[rank] is not None:
+                        continue
+                    try:
+                        report = ray.get(host.poll.remote())
+                    except ray.exceptions.RayActorError as error:
+                        raise WorkerLost(f"{_name(rank, addresses, len(hosts))} died: {_first_line(error)}") from None
+                    if report["log"]:
+                        prefix = f"[host {rank}] " if len(hosts) > 1 else ""
+                        log.write("".join(prefix + line for line in report["log"].splitlines(keepends=True)))
+                        log.flush()
+                    if report["progress"] is not None and rank == 0:
+                        context.progress(*report["progress"])
+                    outcome = report["outcome"]
+                    if outcome is not None and "worker_lost" in outcome:
+                        raise WorkerLost(f"{_name(rank, addresses, len(hosts))}: {outcome['worker_lost']}")
+                    if outcome is not None and "error" in outcome:
+                        raise StepFailed(_failure(outcome["error"], rank, addresses, len(hosts)))
+                    outcomes[rank] = outcome
+                if any(outcome is None for outcome in outcomes):
+                    time.sleep(_POLL_S)
+        first = outcomes[0]
+        assert first is not None
+        return Uploaded.from_json(first["uploaded"])
+
+
+class _PlacementGroup:
+    """A reserved placement group, released like the actors next to it."""
+
+    def __init__(self, group: Any, remove: Any):
+        self.group = group
+        self.remove = remove
+
+
+def _release(held: list[Any]) -> None:
+    """Kill the step's actors and give back its reservations."""
+    import ray
+
+    for item in held:
+        if isinstance(item, _PlacementGroup):
+            item.remove(item.group)
+        else:
+            ray.kill(item)
+
+
+def _name(rank: int, addresses: list[dict[str, Any]], count: int) -> str:
+    where = f"{addresses[rank]['host']} ({addresses[rank]['ip']})"
+    return f"host {rank} of {count}, {where}" if count > 1 else f"the worker on {where}"
+
+
+def _failure(error: str, rank: int, addresses: list[dict[str, Any]], count: int) -> str:
+    if error.startswith(("ModuleNotFoundError", "ImportError")):
+        error += f" — on {addresses[rank]['host']}: the cluster's nodes need the step's Python dependencies (the driver's environment)"
+    return f"{_name(rank, addresses, count)}: {error}" if count > 1 else error
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _describe(resources: dict[str, float]) -> str:
+    shown = {name: amount for name, amount in resources.items() if not name.startswith(("node:", "object_store_memory"))}
+    parts = [f"{amount / 2**30:.3g} GiB memory" if name == "memory" else f"{amount:g} {name}" for name, amount in sorted(shown.items())]
+    return "{" + ", ".join(parts) + "}"

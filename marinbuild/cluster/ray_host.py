@@ -1,0 +1,156 @@
+"""One host's share of a step on a Ray cluster: the actor that runs the rule there.
+
+The actor fetches the step's inputs from the shared store into this host's local cache,
+runs the rule in a worker process (`marinbuild.actions.worker`, as locally), and, on
+the first host of the step, uploads the outputs under the key. It reports through
+`poll()`: new log text, progress, and the outcome, so the driver streams the log and
+progress while the step runs. The driver kills the actor when the step ends; its worker
+process dies with it (it asks the kernel to), so a killed actor leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from marinbuild.actions.executor import WorkerLost, input_files, run_in_subprocess
+from marinbuild.hashing import StatCache
+from marinbuild.memo import Memo
+from marinbuild.store import ActionCache, Outputs, layout, open_store
+from marinbuild.store.action_cache import new_attempt_id
+from marinbuild.store.live_sync import ScratchMirror, syncing
+from marinbuild.store.local_cache import LocalCache
+from marinbuild.store.remote import RemoteStore
+from marinbuild.store.manifest import Manifest
+from marinbuild.targets.context import Context, StepFailed
+
+# This host's own space (staging, copies of inputs, scratch of a remote store).
+LOCAL_DIR = Path(tempfile.gettempdir()) / "marinbuild-ray"
+
+
+def dependencies_to_json(dependencies: dict[str, Path | Outputs]) -> dict[str, Any]:
+    return {
+        label: {"source": str(item)}
+        if isinstance(item, Path)
+        else {"key": item.key, "tree_digest": item.tree_digest, "files": item.manifest.to_json(), "directory": item.directory}
+        for label, item in dependencies.items()
+    }
+
+
+def dependencies_from_json(data: dict[str, Any]) -> dict[str, Path | Outputs]:
+    return {
+        label: Path(item["source"])
+        if "source" in item
+        else Outputs(item["key"], item["tree_digest"], Manifest.from_json(item["files"]), item["directory"])
+        for label, item in data.items()
+    }
+
+
+class StepHost:
+    """Runs on one host; created for one step and killed when it ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._log: Path | None = None
+        self._staging: Path | None = None
+        self._offset = 0
+        self._progress: list[Any] | None = None
+        self._outcome: dict[str, Any] | None = None
+
+    def address(self) -> dict[str, Any]:
+        import ray
+
+        return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(), "pid": os.getpid()}
+
+    def free_port(self) -> int:
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            return probe.getsockname()[1]
+
+    def slice_name(self) -> str | None:
+        """The TPU slice this host belongs to (asked of the actor holding a slice's head)."""
+        import ray.util.tpu
+
+        return ray.util.tpu.get_current_pod_name()
+
+    def start(self, request: dict[str, Any]) -> None:
+        threading.Thread(target=self._run, args=(request,), daemon=True).start()
+
+    def poll(self) -> dict[str, Any]:
+        """What happened since the last poll: log text, the latest progress, the outcome once done."""
+        text = ""
+        with self._lock:
+            if self._log is not None and self._log.exists():
+                with self._log.open("rb") as log:
+                    log.seek(self._offset)
+                    data = log.read()
+                self._offset += len(data)
+                text = data.decode(errors="replace")
+            progress, self._progress = self._progress, None
+            outcome = self._outcome if not _unsent(self._log, self._offset) else None
+            if outcome is not None and self._staging is not None:
+                shutil.rmtree(self._staging, ignore_errors=True)
+            return {"log": text, "progress": progress, "outcome": outcome}
+
+    def _run(self, request: dict[str, Any]) -> None:
+        staging: Path | None = None
+        try:
+            store = open_store(request["store"], LOCAL_DIR / "stores")
+            cache = ActionCache(store, StatCache(Memo(None, "ray-host")), Memo(None, "ray-host"), LocalCache(LOCAL_DIR / "local-cache"))
+            staging = store.staging_dir(layout.staging(new_attempt_id()))
+            for name in ("out", "work"):
+                (staging / name).mkdir()
+            with self._lock:
+                self._staging = staging
+                self._log = staging / "log.txt"
+                self._log.touch()
+            scratch = mirror = None
+            if request["resumable"]:
+                scratch = store.local_path(layout.scratch(request["key"]))
+                scratch.mkdir(parents=True, exist_ok=True)
+                if isinstance(store, RemoteStore) and request["uploads"]:  # the first host keeps the store's copy
+                    mirror = ScratchMirror(store, request["key"], scratch)
+                    mirror.restore()
+            context = Context(
+                label=request["label"],
+                key=request["key"],
+                attrs=request["attrs"],
+                inputs=input_files(cache, dependencies_from_json(request["dependencies"]), request["reads_urls"]),
+                out=staging / "out",
+                tmp=staging / "work",
+                log_path=staging / "log.txt",
+                workspace=Path(request["workspace"]),
+                scratch=scratch,
+                distributed=request["distributed"],
+                progress_fn=self._report_progress,
+            )
+            with syncing(store, request["key"], "", None, mirror):
+                run_in_subprocess(request["impl"], context)
+            uploaded = cache.upload(request["key"], context.out) if request["uploads"] else None
+            outcome: dict[str, Any] = {"uploaded": None if uploaded is None else uploaded.to_json()}
+        except WorkerLost as lost:
+            outcome = {"worker_lost": str(lost)}
+        except StepFailed as failed:
+            outcome = {"error": str(failed)}
+        except Exception as error:  # noqa: BLE001 - reported to the driver, which fails the step
+            outcome = {"error": f"{type(error).__name__} on host {socket.gethostname()}: {error}"}
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging / "out", ignore_errors=True)
+                shutil.rmtree(staging / "work", ignore_errors=True)
+        with self._lock:
+            self._outcome = outcome
+
+    def _report_progress(self, done: float, total: float | None, unit: str) -> None:
+        with self._lock:
+            self._progress = [done, total, unit]
+
+
+def _unsent(log: Path | None, offset: int) -> bool:
+    """Whether the log has bytes not yet sent (the outcome waits until they are)."""
+    return log is not None and log.exists() and log.stat().st_size > offset

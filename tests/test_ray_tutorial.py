@@ -1,0 +1,80 @@
+"""The tutorial's pipeline (corpus, tokenizer, caches, training, evaluation) built with
+--executor ray against a GCS store gives the keys and outputs of a local build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_cli, statuses
+from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build, _build_file, _workspace
+
+# Hold the time they were written: the only bytes two runs of a recipe do not share.
+_TIMED = {"metrics.jsonl", "summary.json", "checkpoint/metadata.json"}
+
+
+# Built on the cluster only: training as two JAX processes, one per (CPU) host, as on a
+# TPU slice. Another seed than :model, or its key (resources are not identity) would hit.
+TWO_HOSTS = f"""
+train_lm(
+    name = "model_on_2_hosts",
+    data = ":tokens",
+    model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
+    trainer = {{"steps": 4, "batch_size": 4, "checkpoint_interval": 2, "max_eval_batches": 2}},
+    seed = 1,
+    resources = cpu(cores = 1, memory_gb = 1, hosts = 2),
+    tags = ["manual"],
+)
+"""
+
+
+def _build_on_ray(ws: Path, store: str, address: str, pattern: str = f"{PKG}:all") -> dict:
+    rc, out, err = run_cli(ws, "build", "--json", "--executor", "ray", "--ray-address", address, pattern, store=store, timeout=TRAIN_TIMEOUT_S)
+    assert rc == 0, f"exit {rc}\n{out}\n{err}"
+    return json.loads(out)
+
+
+def _entry(read, key: str) -> dict:
+    return json.loads(read(f"ac/{key[:2]}/{key}.json"))
+
+
+def test_the_tutorial_pipeline_on_ray_and_gcs_matches_a_local_build(tmp_path, fake_gcs_server, gcs_bucket, ray_cluster) -> None:
+    store = f"gs://{gcs_bucket}/mb"
+    ray_ws = _workspace(tmp_path / "ray", _build_file() + TWO_HOSTS)
+    on_ray = _build_on_ray(ray_ws, store, ray_cluster)
+    local_ws = _workspace(tmp_path / "local", _build_file())
+    local = _build(local_ws, f"{PKG}:all")
+
+    assert set(statuses(on_ray).values()) == {"built"}
+    ray_keys = {item["label"]: item["key"] for item in on_ray["targets"]}
+    local_keys = {item["label"]: item["key"] for item in local["targets"]}
+    # Every key matches up to the model; the evaluation's key holds the model's output
+    # digest, which its timed files make differ from run to run (the first published wins).
+    assert {label: ray_keys[label] for label in ray_keys if label != f"{PKG}:eval"} == {
+        label: local_keys[label] for label in local_keys if label != f"{PKG}:eval"
+    }
+    fs = fake_gcs_server.fs()
+    for label in ray_keys:
+        remote = _entry(lambda path: fs.cat(f"{gcs_bucket}/mb/{path}"), ray_keys[label])
+        here = _entry(lambda path: (local_ws / "cache" / path).read_bytes(), local_keys[label])
+        assert remote["label"] == label
+        differing = {
+            item["path"] for item in remote["files"] if item not in here["files"] and item["path"] not in _TIMED
+        }
+        assert not differing, f"{label}: {sorted(differing)} differ from the local build"
+        assert len(remote["files"]) == len(here["files"])
+
+    again = _build_on_ray(ray_ws, store, ray_cluster)
+    assert set(statuses(again).values()) == {"cached"}
+
+    two = _build_on_ray(ray_ws, store, ray_cluster, f"{PKG}:model_on_2_hosts")
+    assert statuses(two)[f"{PKG}:model_on_2_hosts"] == "built"
+    key = two["targets"][-1]["key"]
+    (record,) = [json.loads(fs.cat(path)) for path in fs.find(f"{gcs_bucket}/mb/attempts/{key[:2]}/{key}") if path.endswith(".json")]
+    log = fs.cat(f"{gcs_bucket}/mb/attempts/{key[:2]}/{key}/{record['attempt']}.log").decode()
+    assert "[host 0] " in log and "[host 1] " in log
+    entry = _entry(lambda path: fs.cat(f"{gcs_bucket}/mb/{path}"), key)
+    metrics = fs.cat(f"{gcs_bucket}/mb/out/{key[:2]}/{key}/metrics.jsonl").decode().splitlines()
+    steps = [json.loads(line)["step"] for line in metrics]
+    assert steps == sorted(set(steps)) and steps[-1] == 3  # process 0's metrics, each step once
+    assert any(item["path"] == "hf/model.safetensors" for item in entry["files"])
