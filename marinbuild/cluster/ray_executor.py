@@ -28,8 +28,8 @@ from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Target
 
 _POLL_S = 0.5
-# Passed on to the cluster's workers when set here: where the store is, and how leases age.
-_FORWARDED_ENV = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "MARINBUILD_LEASE_TTL_S")
+# Passed on to the cluster's workers when set here: where the store is, how leases age and syncs run.
+_FORWARDED_ENV = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "MARINBUILD_LEASE_TTL_S", "MARINBUILD_SYNC_S")
 
 
 class RayExecutor(Executor):
@@ -70,7 +70,7 @@ class RayExecutor(Executor):
         import ray
 
         where = placement(target.resources)
-        hosts, reservations = self._place(where, context)
+        hosts, reservations = self._place(where)
         try:
             addresses = ray.get([host.address.remote() for host in hosts])
             distributed = self._rendezvous(hosts, addresses) if len(hosts) > 1 else [None]
@@ -93,7 +93,7 @@ class RayExecutor(Executor):
 
     # -- placing a step ----------------------------------------------------------------
 
-    def _place(self, where: Placement, context: Context) -> tuple[list[Any], list[Any]]:
+    def _place(self, where: Placement) -> tuple[list[Any], list[Any]]:
         """Reserve the step's hosts (a placement group: all of them or none, within the
         placement timeout), then start one actor in each. For TPU slices, an actor holding
         each slice's head resource first says which slice the hosts must come from."""
