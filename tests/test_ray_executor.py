@@ -61,7 +61,7 @@ def test_a_ray_build_matches_a_local_one_and_reruns_nothing(make_workspace, ray_
     assert (Path(first["by_label"]["//pkg:count"]["output"]) / "count.txt").read_text().strip() == "4"
     # The steps' logs streamed back from the workers into the attempt logs in the store.
     log = next((ws / "cache" / "attempts").glob(f"*/{keys(first)['//pkg:words']}/*.log")).read_text()
-    assert "wrote words" in log
+    assert "wrote words" in log and "marinbuild: running on the Ray cluster: " in log
     again = build_json(ws, *_ray(ray_cluster, "//pkg:all"))
     assert set(statuses(again).values()) == {"cached"}
 

@@ -157,6 +157,8 @@ class RayExecutor(Executor):
 
         outcomes: list[dict[str, Any] | None] = [None] * len(hosts)
         with open(context.log_path, "a") as log:
+            places = ", ".join(f"{address['host']} ({address['ip']}, pid {address['pid']})" for address in addresses)
+            log.write(f"marinbuild: running on the Ray cluster: {places}\n")
             while any(outcome is None for outcome in outcomes):
                 if context.processes.stopped or self._cancelled.is_set():
                     raise StepFailed("the step was stopped; its workers were killed")
