@@ -30,6 +30,7 @@ class TargetResult:
     log: Path | None = None  # the attempt's log in the store, for failures
     headline: str | None = None  # the rule's one line about the output of a requested target
     attempt: str | None = None  # the id of the attempt that ran it in this build (built or failed)
+    description: str | None = None  # the target's `description`, shown by dry runs (what would run)
 
     def to_json(self) -> dict:
         return {
@@ -42,6 +43,7 @@ class TargetResult:
             **({"log": str(self.log)} if self.log else {}),
             **({"headline": self.headline} if self.headline else {}),
             **({"attempt": self.attempt} if self.attempt else {}),
+            **({"description": self.description} if self.description else {}),
         }
 
 

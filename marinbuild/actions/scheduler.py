@@ -292,10 +292,13 @@ class Scheduler:
         return list(seen)
 
     def _record(self, result: TargetResult) -> None:
+        target = self.graph.targets[result.label]
         if result.output is not None and result.label in self._requested:
-            headline = self.graph.targets[result.label].rule.headline
+            headline = target.rule.headline
             if headline is not None:
                 result = dataclasses.replace(result, headline=headline(Path(result.output)))
+        if target.attrs["description"]:
+            result = dataclasses.replace(result, description=target.attrs["description"])
         self.result.results[result.label] = result
         self.reporter.step_finished(result)
 

@@ -166,6 +166,8 @@ def build(
     elif dry_run:
         for item in result.results.values():
             click.echo(f"{item.status.value:9} {item.label}" + (f"  ({item.reason})" if item.reason else ""))
+            if item.description:
+                click.echo(f"{'':9} {item.description}")
     elif len(result.requested) <= _MAX_OUTPUTS_SHOWN:
         for label in result.requested:
             item = result.results[label]

@@ -1,0 +1,100 @@
+"""Scaling-law rules: `fit_scaling_law`, over the runs of an isoFLOP sweep.
+
+The rule is declared here, cheap to import; the fit is `rules/scaling_fit.py` (numpy,
+scipy) and the plots `rules/scaling_plots.py` (matplotlib), imported only when the step
+runs. The macros that declare sweeps (`isoflop_sweep`, `optimal_runs`) are in
+`rules/scaling.star`; docs/delphi.md describes the method and `fit.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from marinbuild.targets import attrs as types
+from marinbuild.targets.attrs import Attr, JsonValue
+from marinbuild.targets.context import Context
+from marinbuild.targets.rule import Execution, Resources, Rule
+
+FIT_FILE = "fit.json"
+ISOFLOPS_PLOT = "isoflops.png"
+SCALING_PLOT = "scaling.png"
+
+
+def _is_budget(value: JsonValue) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _validate(attrs: Mapping[str, JsonValue]) -> None:
+    for name in ("runs", "held_out"):
+        for label, budget in attrs[name].items():
+            if not _is_budget(budget):
+                raise ValueError(f"{name}: the budget of {label} must be a positive number of FLOPs, got {budget!r}")
+    overlap = sorted(set(attrs["runs"]) & set(attrs["held_out"]))
+    if overlap:
+        raise ValueError(f"held_out: {overlap} are also fitted runs; a held-out run must not be in the fit")
+    budgets = attrs["target_budgets"]
+    if not isinstance(budgets, list) or not all(_is_budget(budget) for budget in budgets):
+        raise ValueError(f"target_budgets: expected a list of positive numbers of FLOPs, got {budgets!r}")
+    if len(set(attrs["runs"].values())) < 2:
+        raise ValueError("runs: a scaling law needs runs at two budgets at least")
+    if attrs["huber_delta"] <= 0 or attrs["noise_floor"] < 0 or attrs["bootstrap"] < 0:
+        raise ValueError("huber_delta must be positive, noise_floor and bootstrap non-negative")
+
+
+def _headline(out: Path) -> str | None:
+    try:
+        fit = json.loads((out / FIT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    alpha, low_high = fit["tokens_law"]["alpha"], fit["tokens_law"]["alpha_ci"]
+    parts = [f"alpha {alpha:.3f} [{low_high[0]:.3f}, {low_high[1]:.3f}]"]
+    parts += [
+        f"held-out {run['budget']:.0e}: loss {run['loss']:.3f}, forecast {run['forecast_loss']:.3f} "
+        f"(error {100 * run['relative_error']:+.1f}%)"
+        for run in fit["held_out"]
+    ]
+    return "; ".join(parts) + f"; {FIT_FILE}, {ISOFLOPS_PLOT}, {SCALING_PLOT}"
+
+
+def _fit(ctx: Context) -> None:
+    from rules import scaling_fit, scaling_plots
+
+    def runs(attribute: str) -> list[scaling_fit.Run]:
+        return [scaling_fit.read_run(label, ctx.inputs[label].root, budget) for label, budget in ctx.attrs[attribute].items()]
+
+    settings = scaling_fit.Settings(
+        huber_delta=ctx.attrs["huber_delta"],
+        bootstrap=ctx.attrs["bootstrap"],
+        noise_floor=ctx.attrs["noise_floor"],
+        seed=ctx.attrs["seed"],
+    )
+    fit = scaling_fit.fit(runs("runs"), runs("held_out"), ctx.attrs["target_budgets"], settings)
+    for warning in fit["warnings"]:
+        ctx.log.warning("%s", warning)
+    (ctx.out / FIT_FILE).write_text(json.dumps(fit, indent=2) + "\n")
+    scaling_plots.isoflops(fit, ctx.out / ISOFLOPS_PLOT)
+    scaling_plots.scaling(fit, ctx.out / SCALING_PLOT)
+    ctx.log.info("%s", _headline(ctx.out))
+
+
+fit_scaling_law = Rule(
+    name="fit_scaling_law",
+    impl=_fit,
+    doc="Fit isoFLOP parabolas, the compute-optimal token law and the loss power law -> fit.json, isoflops.png, scaling.png.",
+    attrs={
+        "runs": Attr(types.LABEL_KEYED_DICT, doc="{train_lm target: its budget in FLOPs}, e.g. what isoflop_sweep returns."),
+        "held_out": Attr(types.LABEL_KEYED_DICT, default={}, doc="{train_lm target: budget} left out of the fit, compared with its forecast."),
+        "target_budgets": Attr(types.JSON, default=[], doc="Budgets (FLOPs) to forecast the optimal tokens and loss at."),
+        "huber_delta": Attr(types.FLOAT, default=0.02, doc="Loss residual (nats) beyond which a run counts linearly, not squared."),
+        "bootstrap": Attr(types.INT, default=1000, doc="Bootstrap resamples for the confidence intervals (0: none)."),
+        "noise_floor": Attr(types.FLOAT, default=0.005, doc="Smallest loss noise (nats) the bootstrap assumes."),
+        "seed": Attr(types.INT, default=0, doc="Seed of the bootstrap."),
+    },
+    validate=_validate,
+    headline=_headline,
+    execution=Execution.SUBPROCESS,
+    resources=Resources(cpu=1, memory_gb=1),
+    packages=("numpy", "scipy", "matplotlib"),
+)

@@ -1,0 +1,71 @@
+"""An isoFLOP sweep through the CLI: tiny runs train to their budgets as Levanter counts
+them, and adding a budget reruns only the new runs and the fit.
+
+Kept small for CI: one d16 candidate per budget, a handful of steps; the fit itself is
+tested on synthetic data (test_scaling_fit.py) and on the CPU suite (docs/delphi.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import build_json, run_cli, statuses
+
+REPO = Path(__file__).resolve().parents[1]
+PKG = "//exp"
+TRAIN_TIMEOUT_S = 300
+CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.scaling"]\n'
+
+
+def _build_file(budgets: list[float]) -> str:
+    return f"""
+load("//rules:scaling.star", "isoflop_sweep", "scaling_recipe")
+python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
+bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
+tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
+recipe = scaling_recipe(
+    vocab_size = 300, seq_len = 64, widths = [16, 32], head_dim = 16,
+    depth_base = 32, depth_log_slope = 0, depth_offset = 0,
+    target_steps = 4, min_batch = 2, max_batch = 4, max_eval_batches = 1,
+)
+runs = isoflop_sweep(name = "iso", budgets = {budgets!r}, candidates_per_budget = 1, data = ":tokens", recipe = recipe, evaluate = False)
+fit_scaling_law(name = "fit", runs = runs, bootstrap = 10)
+"""
+
+
+def _workspace(root: Path, build: str) -> Path:
+    (root / "rules").mkdir(parents=True)
+    (root / "rules" / "BUILD.marin").write_text("")
+    for star in ("lm.star", "scaling.star"):
+        (root / "rules" / star).write_text((REPO / "rules" / star).read_text())
+    (root / "exp").mkdir()
+    (root / "exp" / "BUILD.marin").write_text(build)
+    (root / "marinbuild.toml").write_text(CONFIG)
+    return root
+
+
+def test_adding_a_budget_reruns_only_its_runs_and_the_fit(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws", _build_file([1e8, 2e8]))
+    runs = [f"{PKG}:iso-1e8-d16-L1", f"{PKG}:iso-2e8-d16-L1"]
+    rc, out, err = run_cli(ws, "build", "--json", *runs, timeout=TRAIN_TIMEOUT_S)
+    assert rc == 0, f"{out}\n{err}"
+    for item in json.loads(out)["targets"]:
+        if item["label"] in runs:
+            summary = json.loads((Path(item["output"]) / "summary.json").read_text())
+            budget = 1e8 if "1e8" in item["label"] else 2e8
+            # The recipe's FLOP count is Levanter's: the run measured its budget.
+            assert abs(summary["flops"] / budget - 1) < 0.05, summary
+            assert summary["eval_loss"] is not None
+
+    # Everything is built but the fit, whose inputs are all known: its key is computable.
+    dry = statuses(build_json(ws, "--dry-run", f"{PKG}:all"))
+    assert dry == {**{label: "cached" for label in runs}, f"{PKG}:corpus": "cached", f"{PKG}:tokenizer": "cached",
+                   f"{PKG}:tokens": "cached", f"{PKG}:fit": "would-run"}
+
+    (ws / "exp" / "BUILD.marin").write_text(_build_file([1e8, 2e8, 4e8]))
+    dry = statuses(build_json(ws, "--dry-run", f"{PKG}:all"))
+    (new,) = set(dry) - set(runs) - {f"{PKG}:{name}" for name in ("corpus", "tokenizer", "tokens", "fit")}
+    assert new.startswith(f"{PKG}:iso-4e8-")
+    assert dry == {**{label: "cached" for label in runs}, f"{PKG}:corpus": "cached", f"{PKG}:tokenizer": "cached",
+                   f"{PKG}:tokens": "cached", new: "would-run", f"{PKG}:fit": "pending"}
