@@ -14,7 +14,7 @@ from conftest import build_json, run_cli, statuses
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = "//exp"
-TRAIN_TIMEOUT_S = 300
+TRAIN_TIMEOUT_S = 600
 CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.scaling"]\n'
 
 
