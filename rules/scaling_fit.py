@@ -271,6 +271,11 @@ def fit(runs: Sequence[Run], held_out: Sequence[Run], target_budgets: Sequence[f
         for budget, parabola in laws.parabolas.items()
         if not parabola.inside
     ]
+    if len(laws.used) < 3:
+        warnings.append(
+            f"the loss law has 3 parameters and {len(laws.used)} budgets to fit: it passes through them "
+            "exactly and its forecasts are unconstrained; sweep more budgets"
+        )
     if failed:
         warnings.append(f"{failed} of {settings.bootstrap} bootstrap resamples had no fit and were dropped")
     return {
