@@ -27,6 +27,7 @@ from marinbuild import provenance
 from marinbuild.cli import records
 from marinbuild.errors import MarinbuildError, StoreError
 from marinbuild.query import FORMATS, from_command_line
+from marinbuild import report as report_pages
 from marinbuild.session import Session
 from marinbuild.store import maintenance
 
@@ -234,6 +235,18 @@ def history(ctx: click.Context, patterns: tuple[str, ...], limit: int, show_cach
         return
     for line in records.history_lines(items):
         click.echo(line)
+
+
+@cli.command(cls=_BuildCommand)
+@click.argument("patterns", nargs=-1, required=True)
+@click.option("--output", "-o", "out", type=click.Path(file_okay=False, path_type=Path), default="marinbuild-report", show_default=True, help="Directory to write the report into.")
+@click.pass_context
+@_handles_errors
+def report(ctx: click.Context, patterns: tuple[str, ...], out: Path) -> None:
+    """Write a static HTML report of PATTERNS' targets: their graph coloured by status, the
+    training runs with their metrics and loss curves, scaling-law fits, and every attempt
+    with its log, failures included. Open OUT/index.html; no server or network needed."""
+    click.echo(report_pages.write_report(_session(ctx), patterns, out).resolve())
 
 
 @cli.command()

@@ -1,0 +1,24 @@
+"""`marinbuild report`: one static HTML page per experiment, from the workspace and the store alone.
+
+    collect    what to show: statuses (the dry run's), attempts and logs, small outputs
+    diagram    the dependency graph as SVG (Graphviz when installed, else a layered layout)
+    plots      loss curves (matplotlib, SVG)
+    pages      the HTML: index.html and steps/<label>.html, self-contained
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from marinbuild.report.collect import Report, StepReport, StepStatus, collect
+from marinbuild.report.pages import write
+from marinbuild.session import Session
+
+__all__ = ["Report", "StepReport", "StepStatus", "collect", "write", "write_report"]
+
+
+def write_report(session: Session, patterns: Sequence[str], out: Path) -> Path:
+    """Collect the report of the targets `patterns` select and write it under `out`;
+    returns the index page."""
+    return write(collect(session, patterns), out)

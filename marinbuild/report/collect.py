@@ -1,0 +1,249 @@
+"""What a report shows, gathered from the workspace's graph and the store alone.
+
+Statuses come from the same dry run as `build --dry-run` and `query cached()/stale()/
+failed()`, so the report never disagrees with them about what a build would do. Output
+files (metrics, summaries, plots, fits) are read from the store by manifest path and
+checked against their digests, so a report of a `gs://` store downloads only them.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from marinbuild import provenance
+from marinbuild.actions.graph import Graph
+from marinbuild.actions.results import Status, TargetResult
+from marinbuild.hashing import digest_bytes
+from marinbuild.session import Session
+from marinbuild.store import AttemptStatus, layout
+from marinbuild.store.action_cache import CacheEntry
+from marinbuild.store.manifest import FileEntry
+from marinbuild.targets.rule import Target
+
+LOG_TAIL_LINES = 60
+METRICS_FILE = "metrics.jsonl"  # one JSON object a step, as train_lm writes it
+SUMMARY_FILE = "summary.json"
+FIT_FILE = "fit.json"  # fit_scaling_law's result (docs/delphi.md)
+PLOT_SUFFIXES = (".png", ".svg")
+_MAX_READ_BYTES = 8 * 2**20  # larger files are listed, not read into the report
+_MAX_PLOTS_PER_STEP = 8
+
+
+class StepStatus(str, enum.Enum):
+    """Where a target stands against the store, as a colour of the graph."""
+
+    CACHED = "cached"  # its current key has a verified output
+    STALE = "stale"  # built before, but not under its current recipe (or its inputs changed)
+    FAILED = "failed"  # the newest attempt at its current key failed
+    RUNNING = "running"  # an attempt at its current key has not finished
+    NEVER_BUILT = "never built"
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    record: provenance.AttemptRecord
+    log_tail: str | None  # the last LOG_TAIL_LINES lines; None when no log is stored
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    path: str
+    data: bytes
+
+
+@dataclass
+class StepReport:
+    label: str
+    target: Target
+    status: StepStatus
+    result: TargetResult  # the dry run's: key (None while pending) and reason
+    deps: list[str]
+    dependents: list[str]
+    entry: CacheEntry | None  # the action-cache entry of the current key, when cached
+    attempts: list[AttemptView]
+    last_build: provenance.TargetOutcome | None  # what the newest build that named it did
+    last_build_reason: str | None
+    files: dict[str, OutputFile] = field(default_factory=dict)  # small outputs read for the report
+    unreadable: list[str] = field(default_factory=list)  # output files whose bytes did not match
+
+    @property
+    def key(self) -> str | None:
+        return self.result.key
+
+    @property
+    def kind(self) -> str:
+        return self.target.rule.name
+
+    def json_file(self, name: str) -> Any | None:
+        found = self.files.get(name)
+        if found is None:
+            return None
+        try:
+            return json.loads(found.data)
+        except ValueError:
+            return None
+
+    @property
+    def metrics_rows(self) -> list[dict[str, Any]]:
+        found = self.files.get(METRICS_FILE)
+        if found is None:
+            return []
+        rows = []
+        for line in found.data.decode(errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("step"), int):
+                rows.append(row)
+        return rows
+
+    @property
+    def plots(self) -> list[OutputFile]:
+        return [found for path, found in sorted(self.files.items()) if path.endswith(PLOT_SUFFIXES)]
+
+    @property
+    def fit(self) -> dict[str, Any] | None:
+        """A scaling-law fit (fit.json with forecasts), if the step wrote one."""
+        found = self.json_file(FIT_FILE)
+        return found if isinstance(found, dict) and isinstance(found.get("forecasts"), list) else None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A step whose current key's newest attempt failed, and what that build skipped for it."""
+
+    step: StepReport
+    attempt: AttemptView
+    invocation: provenance.Invocation | None  # gone if `cache gc` removed it
+    skipped: list[tuple[str, str | None]]  # dependents that build skipped, and why
+
+
+@dataclass
+class Report:
+    patterns: list[str]
+    store_url: str
+    workspace: str
+    graph: Graph
+    steps: dict[str, StepReport]  # dependencies first
+    failures: list[Failure]
+
+    @property
+    def runs(self) -> list[StepReport]:
+        """Steps whose output has a metrics.jsonl: training runs."""
+        return [step for step in self.steps.values() if step.metrics_rows]
+
+    @property
+    def fits(self) -> list[StepReport]:
+        return [step for step in self.steps.values() if step.fit is not None]
+
+    def counts(self) -> dict[StepStatus, int]:
+        return {status: sum(step.status is status for step in self.steps.values()) for status in StepStatus}
+
+
+def collect(session: Session, patterns: Sequence[str]) -> Report:
+    graph = session.plan(patterns)
+    results = session.dry_run(graph.order).results
+    dependents = graph.dependents()
+    outcomes = _newest_outcomes(session, set(graph.order))
+    steps: dict[str, StepReport] = {}
+    for label in graph.order:
+        result = results[label]
+        attempts = provenance.label_attempts(session.store, label)
+        entry = None
+        if result.status is Status.CACHED and result.key is not None:
+            read = session.cache.read_entry(result.key)
+            entry = read if isinstance(read, CacheEntry) else None
+        outcome = outcomes.get(label)
+        step = StepReport(
+            label=label,
+            target=graph.targets[label],
+            status=_status(result, attempts),
+            result=result,
+            deps=graph.rule_deps(label),
+            dependents=dependents[label],
+            entry=entry,
+            attempts=[AttemptView(record, _tail(provenance.read_log(session.store, record))) for record in attempts],
+            last_build=outcome[0] if outcome else None,
+            last_build_reason=outcome[1] if outcome else None,
+        )
+        if entry is not None:
+            _read_outputs(session, step, entry)
+        steps[label] = step
+    failures = [_failure(session, step) for step in steps.values() if step.status is StepStatus.FAILED]
+    return Report(list(patterns), session.store.url, str(session.workspace.root), graph, steps, failures)
+
+
+def _status(result: TargetResult, attempts: list[provenance.AttemptRecord]) -> StepStatus:
+    if result.status is Status.CACHED:
+        return StepStatus.CACHED
+    at_key = [record for record in attempts if record.key == result.key] if result.key else []
+    if at_key and at_key[-1].status is AttemptStatus.FAILED:
+        return StepStatus.FAILED
+    if at_key and at_key[-1].status is AttemptStatus.RUNNING:
+        return StepStatus.RUNNING
+    if any(record.status is AttemptStatus.SUCCEEDED for record in attempts):
+        return StepStatus.STALE
+    return StepStatus.NEVER_BUILT
+
+
+def _tail(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+
+
+def _wanted(entry: FileEntry) -> bool:
+    name = entry.path.rsplit("/", 1)[-1]
+    top_level = "/" not in entry.path
+    return entry.size <= _MAX_READ_BYTES and (
+        (top_level and name in (METRICS_FILE, SUMMARY_FILE, FIT_FILE, "metrics.json")) or name.endswith(PLOT_SUFFIXES)
+    )
+
+
+def _read_outputs(session: Session, step: StepReport, entry: CacheEntry) -> None:
+    """Read the step's small, report-worthy output files, each checked against the manifest."""
+    plots = 0
+    for item in entry.manifest.files:
+        if not _wanted(item):
+            continue
+        if item.path.endswith(PLOT_SUFFIXES):
+            if plots >= _MAX_PLOTS_PER_STEP:
+                continue
+            plots += 1
+        data = session.store.read_bytes(f"{layout.output(entry.key)}/{item.path}")
+        if data is None or digest_bytes(data) != item.digest:
+            step.unreadable.append(item.path)
+        else:
+            step.files[item.path] = OutputFile(item.path, data)
+
+
+def _newest_outcomes(session: Session, labels: set[str]) -> dict[str, tuple[provenance.TargetOutcome, str | None]]:
+    """Per label, what the newest build naming it did with it, and why (skipped: which
+    dependency failed)."""
+    found: dict[str, tuple[provenance.TargetOutcome, str | None]] = {}
+    for invocation in provenance.invocations(session.store):
+        reasons = {item["label"]: item.get("reason") for item in invocation.record.get("targets", [])}
+        for outcome in invocation.targets:
+            if outcome.label in labels and outcome.label not in found:
+                found[outcome.label] = (outcome, reasons.get(outcome.label))
+        if len(found) == len(labels):
+            break
+    return found
+
+
+def _failure(session: Session, step: StepReport) -> Failure:
+    attempt = next(view for view in reversed(step.attempts) if view.record.key == step.key)  # the failed one
+    invocation = provenance.read_invocation(session.store, attempt.record.invocation) if attempt.record.invocation else None
+    skipped: list[tuple[str, str | None]] = []
+    if invocation is not None:
+        skipped = [
+            (item["label"], item.get("reason"))
+            for item in invocation.record.get("targets", [])
+            if item.get("status") == "skipped" and item.get("reason") == f"dependency {step.label} failed"
+        ]
+    return Failure(step, attempt, invocation, skipped)
