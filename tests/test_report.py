@@ -13,7 +13,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
+from urllib.request import urlopen
 from xml.etree import ElementTree
 
 import pytest
@@ -23,7 +27,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from marinbuild.report import StepStatus, diagram
-from conftest import build_json, run_cli, statuses, write_files
+from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses, write_files
 from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build_file, _workspace
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # apt: chromium chromium-driver
@@ -176,8 +180,9 @@ GENRULES = {
 }
 
 
-def _statuses(index: Path) -> dict[str, str]:
-    return dict(STEP_ROW.findall(index.read_text()))
+def _statuses(page: Path | str) -> dict[str, str]:
+    """The status of each step in a report's steps table."""
+    return dict(STEP_ROW.findall(page.read_text() if isinstance(page, Path) else page))
 
 
 def _files(good1: str) -> dict[str, str]:
@@ -252,3 +257,22 @@ def test_graph_layout_with_graphviz(monkeypatch) -> None:
     svg = _diagram(monkeypatch, with_dot=True)
     assert sorted(_links(svg)) == ["steps/a.html", "steps/b.html", "steps/c.html"]
     assert diagram.COLOURS[StepStatus.FAILED][0] in ElementTree.tostring(svg, encoding="unicode")
+
+
+def test_serve_regenerates_the_report_while_builds_run(make_workspace) -> None:
+    ws = make_workspace(_files("echo g1 > $@"))
+    command = [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "serve", "//pkg:good2", "--port", "0", "--refresh", "1"]
+    server = subprocess.Popen(command, cwd=ws, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = server.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), server.stderr.read() if server.poll() is not None else url
+        page = urlopen(url, timeout=CLI_TIMEOUT_S).read().decode()
+        assert _statuses(page) == {"//pkg:good1": "never built", "//pkg:good2": "never built"}
+        assert '<meta http-equiv="refresh" content="1">' in page
+
+        build_json(ws, "//pkg:good2")
+        time.sleep(1.1)  # the refresh interval: the next request regenerates
+        assert set(_statuses(urlopen(url + "index.html", timeout=CLI_TIMEOUT_S).read().decode()).values()) == {"cached"}
+    finally:
+        server.terminate()
+        server.wait(timeout=CLI_TIMEOUT_S)

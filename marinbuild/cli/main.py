@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -247,6 +248,30 @@ def report(ctx: click.Context, patterns: tuple[str, ...], out: Path) -> None:
     training runs with their metrics and loss curves, scaling-law fits, and every attempt
     with its log, failures included. Open OUT/index.html; no server or network needed."""
     click.echo(report_pages.write_report(_session(ctx), patterns, out).resolve())
+
+
+@cli.command(cls=_BuildCommand)
+@click.argument("patterns", nargs=-1)
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8000, show_default=True, help="Port on 127.0.0.1 (0: any free one).")
+@click.option("--refresh", "refresh_s", type=click.IntRange(min=1), default=5, show_default=True, help="Seconds between regenerations; pages reload as often.")
+@click.option("--output", "-o", "out", type=click.Path(file_okay=False, path_type=Path), help="Keep the pages in this directory (default: a temporary one).")
+@click.pass_context
+@_handles_errors
+def serve(ctx: click.Context, patterns: tuple[str, ...], port: int, refresh_s: int, out: Path | None) -> None:
+    """Serve the report of PATTERNS (default: //...) on localhost, regenerated while builds
+    run. Ctrl-C stops it."""
+    from marinbuild.report.serve import ReportServer
+
+    with tempfile.TemporaryDirectory(prefix="marinbuild-report-") as scratch:
+        server = ReportServer(("127.0.0.1", port), lambda: _session(ctx), patterns or ("//...",), out or Path(scratch), refresh_s)
+        click.echo(f"serving the report of {' '.join(patterns or ('//...',))} at {server.url} (Ctrl-C stops)", err=True)
+        click.echo(server.url)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
 
 
 @cli.command()

@@ -4,6 +4,7 @@
     diagram    the dependency graph as SVG (Graphviz when installed, else a layered layout)
     plots      loss curves (matplotlib, SVG)
     pages      the HTML: index.html and steps/<label>.html, self-contained
+    serve      the same pages on localhost, regenerated while builds run
 """
 
 from __future__ import annotations

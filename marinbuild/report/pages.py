@@ -57,16 +57,19 @@ document.querySelectorAll("table.sortable th").forEach(th => th.addEventListener
 """
 
 
-def write(report: Report, out: Path) -> Path:
-    """Write the report under `out`; returns the index page."""
+def write(report: Report, out: Path, refresh_s: int | None = None) -> Path:
+    """Write the report under `out`; returns the index page. With `refresh_s`, pages reload
+    themselves that often (`marinbuild serve` regenerates them meanwhile)."""
     steps_dir = out / STEPS_DIR
     steps_dir.mkdir(parents=True, exist_ok=True)
+    pages = {steps_dir / step_file(step.label): _step_page(report, step) for step in report.steps.values()}
     for old in steps_dir.glob("*.html"):  # pages of steps no longer selected
-        old.unlink()
-    for step in report.steps.values():
-        (steps_dir / step_file(step.label)).write_text(_step_page(report, step))
+        if old not in pages:
+            old.unlink()
     index = out / "index.html"
-    index.write_text(_index_page(report))
+    pages[index] = _index_page(report)
+    for path, (title, body) in pages.items():
+        path.write_text(_page(title, body, refresh_s))
     return index
 
 
@@ -79,9 +82,10 @@ def step_file(label: str) -> str:
 # -- building blocks ------------------------------------------------------------------------
 
 
-def _page(title: str, body: str) -> str:
+def _page(title: str, body: str, refresh_s: int | None) -> str:
+    refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
     return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{refresh}'
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n{body}\n"
         f"<script>{_SORT_SCRIPT}</script>\n</body></html>\n"
     )
@@ -366,7 +370,7 @@ def _steps_section(report: Report) -> str:
     return f'<section id="steps"><h2>Steps</h2>{_table(headers, rows, "steps-table", sortable=True)}</section>'
 
 
-def _index_page(report: Report) -> str:
+def _index_page(report: Report) -> tuple[str, str]:
     title = f"marinbuild report: {' '.join(report.patterns)}"
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     body = [
@@ -379,7 +383,7 @@ def _index_page(report: Report) -> str:
         _plots_section(report),
         _steps_section(report),
     ]
-    return _page(title, "\n".join(part for part in body if part))
+    return title, "\n".join(part for part in body if part)
 
 
 def _outputs_block(step: StepReport) -> str:
@@ -407,7 +411,7 @@ def _outputs_block(step: StepReport) -> str:
     return "\n".join(parts)
 
 
-def _step_page(report: Report, step: StepReport) -> str:
+def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
     target = step.target
     facts = [
         ("rule", escape(step.kind)),
@@ -451,4 +455,4 @@ def _step_page(report: Report, step: StepReport) -> str:
             _json_block(step.entry.provenance),
         ]
     body += ["<h2>Outputs</h2>", _outputs_block(step)]
-    return _page(step.label, "\n".join(body))
+    return step.label, "\n".join(body)
