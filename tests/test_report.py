@@ -28,7 +28,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from marinbuild.report import StepStatus, diagram
 from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses, write_files
-from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build_file, _workspace
+from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build_file, _output, _workspace
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # apt: chromium chromium-driver
 
@@ -45,28 +45,26 @@ genrule(name = "after_broken", srcs = [":broken"], outs = ["y.txt"], cmd = "cat 
 py_step(name = "fit", fn = "fit.py:write_fit")
 """
 
-# A scaling-law step as fit_scaling_law writes one: fit.json and a plot.
+# A scaling-law step: fit_scaling_law's fit and plots (rules/scaling_fit.py, scaling_plots.py)
+# over synthetic isoFLOP runs drawn from known laws, so that no sweep has to be trained.
 FIT_STEP = """
 import json
+import math
 
-from matplotlib.figure import Figure
+from rules import scaling_fit, scaling_plots
 
 
 def write_fit(ctx):
-    figure = Figure(figsize=(4, 3))
-    axes = figure.add_subplot()
-    axes.plot([1e15, 1e16, 1e17], [3.2, 2.9, 2.7], "o-")
-    axes.set_xscale("log")
-    figure.savefig(ctx.out / "scaling.png")
-    fit = {
-        "forecasts": [{"budget": 1e18, "optimal_tokens": 2.0e9, "optimal_tokens_ci": [1.5e9, 2.6e9],
-                       "optimal_params": 8.3e7, "loss": 2.512, "loss_ci": [2.45, 2.58]}],
-        "tokens_law": {"alpha": 0.52, "alpha_ci": [0.48, 0.55], "A": 0.3, "A_ci": [0.2, 0.4]},
-        "loss_law": {"E": 1.7, "E_ci": [1.6, 1.8], "B": 40.0, "B_ci": [30.0, 50.0], "beta": 0.1, "beta_ci": [0.09, 0.11]},
-        "held_out": [],
-        "warnings": [],
-    }
+    def run(budget, offset):
+        optimum = math.log10(0.08 * budget**0.55)
+        loss = 1.8 + 40 * budget**-0.12 + 0.35 * offset**2
+        return scaling_fit.Run(f"//s:{budget:.0e}{offset:+}", budget, 10 ** (optimum + offset), budget, loss)
+
+    runs = [run(budget, offset) for budget in (1e16, 1e17, 1e18) for offset in (-0.5, -0.2, 0.1, 0.4)]
+    fit = scaling_fit.fit(runs, [run(1e19, 0.05)], [1e21], scaling_fit.Settings(bootstrap=50))
     (ctx.out / "fit.json").write_text(json.dumps(fit))
+    scaling_plots.isoflops(fit, ctx.out / "isoflops.png")
+    scaling_plots.scaling(fit, ctx.out / "scaling.png")
 """
 
 STEP_ROW = re.compile(r'<tr><td><a href="steps/[^"]+">(//[^<]+)</a></td><td>[^<]*</td><td data-sort="([^"]+)">')
@@ -143,10 +141,17 @@ def test_report_in_a_browser(tmp_path: Path) -> None:
             assert f"{PKG}:{run} train/loss" in legend and f"{PKG}:{run} eval/loss" in legend, legend
         assert len(curves.find_elements(By.CSS_SELECTOR, "path")) > 10
 
-        # The scaling-law fit: the plot and the forecast table.
-        plot = _visible(browser, "#scaling img.plot")
-        assert browser.execute_script("return arguments[0].naturalWidth", plot) > 100
-        assert "2.512 [2.45, 2.58]" in _visible(browser, "#forecast-table").text
+        # The scaling-law fit: its two plots, and the forecast table with the target budget.
+        fit = json.loads((_output(built, f"{PKG}:fit") / "fit.json").read_text())
+        _visible(browser, "#scaling")
+        plots = browser.find_elements(By.CSS_SELECTOR, "#scaling img.plot")
+        assert [plot.get_attribute("alt") for plot in plots] == ["isoflops.png", "scaling.png"]
+        for plot in plots:
+            browser.execute_script("arguments[0].scrollIntoView()", plot)
+            assert plot.is_displayed() and browser.execute_script("return arguments[0].naturalWidth", plot) > 100
+        forecasts = _visible(browser, "#forecast-table").text
+        assert "1e+21" in forecasts and f"{fit['forecasts'][-1]['loss']:.4g}" in forecasts, forecasts
+        assert "//s:1e+19+0.05" in _visible(browser, "#held-out-table").text
 
         # The failure: which step, the error, its log tail, and the dependents skipped.
         failures = _visible(browser, "#failures")

@@ -12,6 +12,7 @@ import enum
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from marinbuild import provenance
@@ -67,7 +68,8 @@ class StepReport:
     attempts: list[AttemptView]
     last_build: provenance.TargetOutcome | None  # what the newest build that named it did
     last_build_reason: str | None
-    files: dict[str, OutputFile] = field(default_factory=dict)  # small outputs read for the report
+    # Small outputs read for the report; filled once, before anything parses them.
+    files: dict[str, OutputFile] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # output files whose bytes did not match
 
     @property
@@ -87,7 +89,7 @@ class StepReport:
         except ValueError:
             return None
 
-    @property
+    @cached_property
     def metrics_rows(self) -> list[dict[str, Any]]:
         found = self.files.get(METRICS_FILE)
         if found is None:
@@ -106,7 +108,7 @@ class StepReport:
     def plots(self) -> list[OutputFile]:
         return [found for path, found in sorted(self.files.items()) if path.endswith(PLOT_SUFFIXES)]
 
-    @property
+    @cached_property
     def fit(self) -> dict[str, Any] | None:
         """A scaling-law fit (fit.json with forecasts), if the step wrote one."""
         found = self.json_file(FIT_FILE)

@@ -250,13 +250,20 @@ def _fit_block(step: StepReport, prefix: str) -> str:
         f"B = {_interval(loss_law.get('B'), loss_law.get('B_ci'))}, β = {_interval(loss_law.get('beta'), loss_law.get('beta_ci'))}",
     ]
     parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in laws) + "</ul>")
+    budgets = [
+        [_cell(item.get(name)) for name in ("budget", "compute", "optimal_tokens", "optimal_loss", "minimum_inside", "used")]
+        for item in fit.get("budgets", [])
+    ]
+    if budgets:
+        headers = ["budget", "measured compute", "optimal tokens", "optimal loss", "minimum inside the sweep", "in the laws"]
+        parts.append("<h4>Per budget (isoFLOP parabolas)</h4>" + _table(headers, budgets))
     held_out = fit.get("held_out", [])
     if held_out:
         rows = [
             [_cell(item.get(name)) for name in ("label", "budget", "loss", "forecast_loss", "relative_error", "within_ci")]
             for item in held_out
         ]
-        parts.append("<h4>Held-out runs</h4>" + _table(["run", "budget", "loss", "forecast loss", "relative error", "within CI"], rows))
+        parts.append("<h4>Held-out runs</h4>" + _table(["run", "budget", "loss", "forecast loss", "relative error", "within CI"], rows, "held-out-table"))
     if fit.get("warnings"):
         parts.append("<ul>" + "".join(f"<li>warning: {escape(str(warning))}</li>" for warning in fit["warnings"]) + "</ul>")
     return "\n".join(parts)

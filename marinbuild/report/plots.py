@@ -15,6 +15,8 @@ from typing import Any
 
 TRAIN_LOSS = "train/loss"
 EVAL_LOSS = "eval/loss"
+_MAX_POINTS = 2000  # per curve: more only makes the page heavier
+_LEGEND_ROWS = 10
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,11 @@ def curves_svg(curves: Sequence[Curve], title: str) -> str:
         axes = figure.add_subplot()
         for curve in curves:
             train = curve.metric == TRAIN_LOSS
+            stride = max(1, len(curve.steps) // _MAX_POINTS)  # a long run's curve, thinned; its last point kept
+            steps, values = curve.steps[::-stride][::-1], curve.values[::-stride][::-1]
             axes.plot(
-                curve.steps,
-                curve.values,
+                steps,
+                values,
                 color=palette(runs.index(curve.run) % 10),
                 linestyle="-" if train else "--" if curve.metric == EVAL_LOSS else ":",
                 marker=None if train else "o",
@@ -66,7 +70,7 @@ def curves_svg(curves: Sequence[Curve], title: str) -> str:
         axes.set_ylabel("loss")
         axes.set_title(title)
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=8)
+        axes.legend(fontsize=8 if len(curves) <= _LEGEND_ROWS else 6, ncols=1 + (len(curves) - 1) // _LEGEND_ROWS)
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
