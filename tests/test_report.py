@@ -138,7 +138,7 @@ def test_report_in_a_browser(tmp_path: Path) -> None:
         curves = _visible(browser, "#loss-curves svg")
         legend = curves.text
         for run in ("model", "model_slow"):
-            assert f"{PKG}:{run} train/loss" in legend and f"{PKG}:{run} eval/loss" in legend, legend
+            assert f":{run} train/loss" in legend and f":{run} eval/loss" in legend, legend
         assert len(curves.find_elements(By.CSS_SELECTOR, "path")) > 10
 
         # The scaling-law fit: its two plots, and the forecast table with the target budget.

@@ -37,7 +37,7 @@ pre { background: #f5f5f5; border: 1px solid #e0e0e0; padding: .6em; overflow: a
 .scroll { overflow-x: auto; max-width: 100%; }
 .failure { border: 2px solid #c62828; background: #fff5f5; padding: .2em 1em 1em; border-radius: .4em; }
 .legend span { margin-right: 1em; }
-img.plot, figure svg { max-width: 100%; height: auto; }
+img.plot { max-width: min(100%, 900px); height: auto; } figure svg { max-width: 100%; height: auto; }
 details.attempt { margin: .5em 0; } details.attempt > summary { cursor: pointer; }
 """
 
@@ -210,7 +210,8 @@ def _runs_section(report: Report) -> str:
         for step in runs
     ]
     table = _table(["run", "status", *param_names, *metric_names], rows, "runs-table", sortable=True)
-    curves = [curve for step in runs for curve in plots.loss_curves(step.label, step.metrics_rows)]
+    one_package = len({step.target.label.package for step in runs}) == 1
+    curves = [curve for step in runs for curve in plots.loss_curves(f":{step.target.label.name}" if one_package else step.label, step.metrics_rows)]
     figure = f'<figure id="loss-curves">{plots.curves_svg(curves, "Loss (train solid, eval dashed)")}</figure>' if curves else ""
     return (
         '<section id="runs"><h2>Training runs</h2>'
@@ -345,8 +346,8 @@ def _graph_section(report: Report) -> str:
     nodes = [
         diagram.Node(
             label=step.label,
-            text=step.target.label.name if len(packages) == 1 else step.label,
-            detail=step.kind,
+            text=step.target.label.name,
+            detail=step.kind if len(packages) == 1 else f"{step.kind} · //{step.target.label.package}",
             status=step.status,
             href=f"{STEPS_DIR}/{step_file(step.label)}",
         )

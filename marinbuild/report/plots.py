@@ -70,7 +70,11 @@ def curves_svg(curves: Sequence[Curve], title: str) -> str:
         axes.set_ylabel("loss")
         axes.set_title(title)
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=8 if len(curves) <= _LEGEND_ROWS else 6, ncols=1 + (len(curves) - 1) // _LEGEND_ROWS)
+        if len(curves) <= _LEGEND_ROWS:
+            axes.legend(fontsize=8)
+        else:  # a sweep's many runs: the legend below the plot, which keeps its size
+            figure.set_figheight(4.2 + 0.16 * -(-len(curves) // 3))
+            figure.legend(loc="outside lower center", ncols=3, fontsize=7)
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
