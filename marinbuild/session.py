@@ -20,6 +20,7 @@ from marinbuild.actions.executor import Executor
 from marinbuild.actions.scheduler import BuildOptions, Scheduler
 from marinbuild.errors import GraphError, StoreError
 from marinbuild import provenance
+from marinbuild.provenance.explain import Explanation, explain_target
 from marinbuild.labels import matches_patterns, parse_label, parse_pattern
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
 from marinbuild.memo import Memo
@@ -66,7 +67,7 @@ class Session:
 
     @cached_property
     def cache(self) -> ActionCache:
-        memo = self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}-checksums")
+        memo = self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}-checksums-code")
         return ActionCache(self.store, self.stat_cache, memo, LocalCache(self.workspace.state_dir / "local-cache"))
 
     def _skip_dirs(self) -> tuple[Path, ...]:
@@ -143,8 +144,23 @@ class Session:
         return self._dry_run(build_graph(self.loader, list(labels)))
 
     def _dry_run(self, graph: Graph) -> BuildResult:
-        options = BuildOptions(jobs=1, dry_run=True)
-        return Scheduler(graph, self.cache, stores.store_salt(self.store), options, NullReporter(), self.workspace.root).run()
+        return self._dry_scheduler(graph).result
+
+    def _dry_scheduler(self, graph: Graph, strict_code: bool = False) -> Scheduler:
+        """A scheduler that has run dry over `graph`: its results, and the recipes of every key it knows."""
+        options = BuildOptions(jobs=1, dry_run=True, strict_code=strict_code)
+        scheduler = Scheduler(graph, self.cache, stores.store_salt(self.store), options, NullReporter(), self.workspace.root)
+        scheduler.run()
+        return scheduler
+
+    def explain(self, label: str, strict_code: bool = False) -> Explanation:
+        """Whether a target would run and why: each ingredient of its key, and for a miss the
+        differences from its nearest earlier entry (provenance/explain.py). Writes nothing."""
+        graph = self.plan([label])
+        if len(graph.requested) != 1:
+            raise GraphError(f"'{label}' names {len(graph.requested)} targets; 'explain' takes one label")
+        scheduler = self._dry_scheduler(graph, strict_code)
+        return explain_target(self.cache, scheduler, graph.requested[0])
 
     def last_attempt_status(self, key: str) -> str | None:
         """How the newest attempt at `key` ended (`failed`, `succeeded`, ...), if there was one."""

@@ -100,6 +100,7 @@ train_lm = Rule(
     retry=RetryPolicy(worker_lost=10),
     multi_host=True,
     packages=ML_PACKAGES,
+    code_modules=("rules.levanter_lm",),
 )
 
 
@@ -134,4 +135,5 @@ eval_lm = Rule(
     resources=Resources(cpu=2, memory_gb=4),
     reads_urls=True,
     packages=ML_PACKAGES,
+    code_modules=("rules.levanter_lm",),
 )

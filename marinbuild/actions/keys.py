@@ -10,28 +10,37 @@ dependents' keys (and so their outputs) untouched.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.hashing import canonical_json, digest_bytes
-from marinbuild.targets.rule import Target
+from marinbuild.hashing import canonical_json, digest_bytes, digest_file
+from marinbuild.targets.rule import Rule, Target
 
 KEY_FORMAT = 1
 
 
+SOURCE_PREFIX, OUTPUT_PREFIX = "file:", "output:"
+
+
 def source_token(name: str, digest: str) -> str:
     """How a source file appears in a recipe: its name within its package and its content."""
-    return f"file:{name}@{digest}"
+    return f"{SOURCE_PREFIX}{name}@{digest}"
 
 
 def output_token(tree_digest: str) -> str:
     """How a dependency appears in a recipe: the digest of the outputs it produced."""
-    return f"output:{tree_digest}"
+    return f"{OUTPUT_PREFIX}{tree_digest}"
 
 
-def recipe(target: Target, token: Callable[[str], str], salt: str, external: str | None = None) -> dict[str, Any]:
-    """`external` is the digest of the rule's external inputs, for rules that declare them."""
+def recipe(
+    target: Target, token: Callable[[str], str], salt: str, external: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """`external` is the digest of the rule's external inputs, for rules that declare them;
+    `code` the digest of the rule's source, for builds that make code part of identity
+    (`--strict-code`); by default a rule's explicit version stands for its code."""
     return {
         "format": KEY_FORMAT,
         "rule": target.rule.name,
@@ -39,7 +48,26 @@ def recipe(target: Target, token: Callable[[str], str], salt: str, external: str
         "attrs": target.map_labels(token, identity_only=True),
         "salt": salt,
         **({"external": external} if external is not None else {}),
+        **({"code": code} if code is not None else {}),
     }
+
+
+@functools.cache
+def _module_digest(module: str) -> str:
+    """The digest of a module's source file, found without importing it (rule modules import
+    heavy libraries lazily, and finding their code must not import them)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not Path(spec.origin).is_file():
+        return "unknown"
+    return digest_file(spec.origin)
+
+
+def code_digest(rule: Rule) -> str:
+    """The digest of a rule's implementation source: the module of its `impl` and the
+    modules it names in `code_modules`. Recorded in every entry, so that `explain`,
+    `build` and `query stale()` can tell when the code changed since an output was built."""
+    modules = [rule.impl.__module__, *rule.code_modules]
+    return digest_bytes(canonical_json({module: _module_digest(module) for module in modules}).encode())
 
 
 def external_digest(files: Mapping[str, Path], digest: Callable[[Path], str]) -> str:

@@ -31,6 +31,7 @@ class TargetResult:
     headline: str | None = None  # the rule's one line about the output of a requested target
     attempt: str | None = None  # the id of the attempt that ran it in this build (built or failed)
     description: str | None = None  # the target's `description`, shown by dry runs (what would run)
+    code_changed: bool = False  # cached, but its rule's source changed since (not part of the key)
 
     def to_json(self) -> dict:
         return {
@@ -44,6 +45,7 @@ class TargetResult:
             **({"headline": self.headline} if self.headline else {}),
             **({"attempt": self.attempt} if self.attempt else {}),
             **({"description": self.description} if self.description else {}),
+            **({"code_changed": True} if self.code_changed else {}),
         }
 
 

@@ -36,6 +36,7 @@ from marinbuild.actions.graph import Graph
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
 from marinbuild.labels import parse_label
+from marinbuild.provenance.explain import explain_miss
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, layout, reporting_transfers
 from marinbuild.store.action_cache import new_attempt_id
 from marinbuild.store.live_sync import HolderLogTail, ScratchMirror, syncing
@@ -48,6 +49,8 @@ class BuildOptions:
     jobs: int
     keep_going: bool = False
     dry_run: bool = False
+    strict_code: bool = False  # the rule's source enters every key (not only its version)
+    explain: bool = False  # say why each step runs (a diff against the target's nearest entry)
     capacity: Resources = field(default_factory=lambda: machine_capacity())
     executor: str = "local"  # or "ray": see marinbuild/cluster/ray_executor.py
     ray_address: str | None = None
@@ -66,6 +69,7 @@ class _Planned:
     target: Target
     key: str
     recipe: dict[str, Any]
+    why: str | None = None  # why it runs, with --explain
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ class Scheduler:
         self._waiting = {label: len(set(graph.rule_deps(label))) for label in graph.targets}
         self._ready: deque[str] = deque()  # targets whose inputs are all known
         self._requested = set(graph.requested)
+        self.recipes: dict[str, dict[str, Any]] = {}  # of every target whose key is known
         self._interrupted = threading.Event()  # set on Ctrl-C: steps still finishing record `cancelled`
 
     # -- the coordinator loop ------------------------------------------------------------
@@ -201,6 +206,7 @@ class Scheduler:
         self.cache.memo.save()
         self.result.results = {label: self.result.results[label] for label in self.graph.order}
         self.result.elapsed_s = time.monotonic() - started
+        self._warn_code_drift()
         self.reporter.build_finished(self.result)
         return self.result
 
@@ -221,9 +227,16 @@ class Scheduler:
         labels = list(self._ready)
         self._ready.clear()
         recipes = [
-            keys.recipe(self.graph.targets[label], self._tokens.__getitem__, self.salt, self._external(label))
+            keys.recipe(
+                self.graph.targets[label],
+                self._tokens.__getitem__,
+                self.salt,
+                self._external(label),
+                keys.code_digest(self.graph.targets[label].rule) if self.options.strict_code else None,
+            )
             for label in labels
         ]
+        self.recipes.update(zip(labels, recipes))
         action_keys = [keys.action_key(recipe) for recipe in recipes]
         lookups = self.cache.lookup_many(action_keys)
         planned = (self._plan(*arguments) for arguments in zip(labels, recipes, action_keys, lookups))
@@ -233,17 +246,22 @@ class Scheduler:
         """Resolve a hit at once; return a miss to be run (or shown, when dry)."""
         target = self.graph.targets[label]
         if lookup.outputs is not None:
-            self._record(TargetResult(label, Status.CACHED, key, lookup.outputs.directory))
+            built_with = lookup.outputs.rule_code
+            code_changed = built_with is not None and built_with != keys.code_digest(target.rule)
+            self._record(TargetResult(label, Status.CACHED, key, lookup.outputs.directory, code_changed=code_changed))
             self._resolve(label, lookup.outputs)
             return None
         if lookup.problem is not None:
             self.reporter.warning(f"{label}: {lookup.problem}; rebuilding it")
+        reason = lookup.problem or (
+            explain_miss(self.cache, target, recipe) if self.options.explain else "no cached output for its key"
+        )
         if self.options.dry_run:
-            self._record(TargetResult(label, Status.WOULD_RUN, key, reason=lookup.problem or "no cached output for its key"))
+            self._record(TargetResult(label, Status.WOULD_RUN, key, reason=reason))
             for dependent in self._downstream(label):
                 self._record(TargetResult(dependent, Status.PENDING, reason=f"its key needs the output of {label}"))
             return None
-        return _Planned(target, key, recipe)
+        return _Planned(target, key, recipe, reason if self.options.explain else None)
 
     def _take_fitting(self, queued: deque[_Planned], used: Resources, busy: bool) -> _Planned | None:
         """The first queued step that fits next to the running ones (anything fits an idle machine)."""
@@ -268,7 +286,10 @@ class Scheduler:
                 self._record(TargetResult(dependent, Status.SKIPPED, reason=f"dependency {label} failed"))
             return False
         status = Status.BUILT if outcome.ran else Status.CACHED
-        self._record(TargetResult(label, status, planned.key, outcome.outputs.directory, outcome.duration_s, attempt=outcome.attempt))
+        why = planned.why if outcome.ran else None
+        self._record(
+            TargetResult(label, status, planned.key, outcome.outputs.directory, outcome.duration_s, why, attempt=outcome.attempt)
+        )
         self._resolve(label, outcome.outputs)
         return True
 
@@ -340,6 +361,7 @@ class Scheduler:
             "rule_version": rule.version,
             "started": _now(),
             "invocation": self.provenance.invocation_id,
+            "rule_code": keys.code_digest(rule),
             **self.provenance.invocation,
             "packages": self.provenance.packages(rule.packages),
         }
@@ -414,6 +436,19 @@ class Scheduler:
                 mirror.discard()
             shutil.rmtree(scratch, ignore_errors=True)
         return _Outcome(outputs, duration, log=log, attempt=attempt.attempt_id)
+
+    def _warn_code_drift(self) -> None:
+        """One warning per rule whose source changed since cached outputs of it were built:
+        the version, not the code, is identity, so they were served (docs/reproducibility.md)."""
+        drifted: dict[str, list[str]] = {}
+        for result in self.result.results.values():
+            if result.code_changed:
+                drifted.setdefault(self.graph.targets[result.label].rule.name, []).append(result.label)
+        for rule, labels in drifted.items():
+            shown = ", ".join(labels[:5]) + (f" and {len(labels) - 5} more" if len(labels) > 5 else "")
+            self.reporter.warning(
+                f"rule {rule}: rule code changed since this output was built ({shown}); bump the rule's version to rebuild"
+            )
 
     def _was_interrupted(self, exit_status: int | None) -> bool:
         """Whether the build was interrupted. A step killed by a signal may have died of the

@@ -132,6 +132,8 @@ def _is_subtraction(arg: str) -> bool:
     "--ray-placement-timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
     help="Fail a step the Ray cluster cannot place within this time.",
 )
+@click.option("--explain", "explain", is_flag=True, help="Say why each step runs: what changed since its nearest earlier output.")
+@click.option("--strict-code", is_flag=True, help="Make each rule's source part of its steps' keys (default: its version).")
 @click.pass_context
 @_handles_errors
 def build(
@@ -144,6 +146,8 @@ def build(
     executor: str | None,
     ray_address: str | None,
     ray_placement_timeout: float,
+    explain: bool,
+    strict_code: bool,
 ) -> None:
     """Build the targets matched by PATTERNS (`//pkg:name`, `//pkg:all`, `//pkg/...`, `-PATTERN`)."""
     session = _session(ctx)
@@ -155,6 +159,8 @@ def build(
         executor=executor,
         ray_address=ray_address or session.workspace.ray_address,
         ray_placement_timeout_s=ray_placement_timeout,
+        strict_code=strict_code,
+        explain=explain,
     )
     if executor == "ray":  # the cluster queues steps by their resources, not this machine
         options = dataclasses.replace(options, capacity=Resources(cpu=math.inf, memory_gb=math.inf))
@@ -187,6 +193,23 @@ def build(
 def where(ctx: click.Context, label: str) -> None:
     """Print the output directory of a built target."""
     click.echo(_session(ctx).where(label))
+
+
+@cli.command("explain")
+@click.argument("label")
+@click.option("--strict-code", is_flag=True, help="As a build with --strict-code would key it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+@click.pass_context
+@_handles_errors
+def explain_command(ctx: click.Context, label: str, strict_code: bool, as_json: bool) -> None:
+    """Say whether LABEL would run and why: each ingredient of its key, and for a miss what
+    changed since its nearest earlier output (field by field)."""
+    explanation = _session(ctx).explain(label, strict_code)
+    if as_json:
+        click.echo(json.dumps(explanation.to_json(), indent=2))
+        return
+    for line in records.explanation_lines(explanation):
+        click.echo(line)
 
 
 @cli.command()

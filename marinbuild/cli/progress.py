@@ -58,7 +58,7 @@ class PlainReporter:
             return
         line = f"[{self.finished}/{self.total}] {result.status.value} {result.label}"
         if result.status is Status.BUILT:
-            line += f" ({result.duration_s:.2f}s)"
+            line += f" ({result.duration_s:.2f}s)" + (f": {result.reason}" if result.reason else "")
         elif result.reason:
             line += f": {result.reason}"
         if result.status is Status.FAILED:

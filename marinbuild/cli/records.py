@@ -1,9 +1,10 @@
-"""How `log` and `history` print the store's attempt and invocation records."""
+"""How `log`, `history` and `explain` print what the store records."""
 
 from __future__ import annotations
 
 from marinbuild.actions.keys import short
 from marinbuild.provenance import AttemptRecord, HistoryItem
+from marinbuild.provenance.explain import Explanation
 
 
 def attempt_line(record: AttemptRecord) -> str:
@@ -50,4 +51,19 @@ def history_lines(items: list[HistoryItem]) -> list[str]:
                 if attempt.error:
                     line += f"\n        {attempt.error.splitlines()[0]}"
             lines.append(line)
+    return lines
+
+
+def explanation_lines(explanation: Explanation, indent: str = "") -> list[str]:
+    lines = [f"{indent}{explanation.label}: {explanation.summary}"]
+    if explanation.key:
+        lines.append(f"{indent}  key {explanation.key}")
+    if explanation.changes:
+        lines.append(f"{indent}  changed since {short(explanation.previous_key or '')}:")
+        lines += [f"{indent}    {change}" for change in explanation.changes]
+    if explanation.ingredients:
+        lines.append(f"{indent}  ingredients of its key:")
+        lines += [f"{indent}    {item}" for item in explanation.ingredients]
+    for upstream in explanation.upstream:
+        lines += explanation_lines(upstream, indent + "  ")
     return lines

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from marinbuild.actions.results import BuildResult, Status, TargetResult
 from marinbuild.errors import GraphError, LabelError, LoadError, QueryError
+from marinbuild.provenance.explain import CODE_CHANGED
 from marinbuild.query.attributes import attribute_text, attribute_value
 from marinbuild.query import expressions as syntax
 from marinbuild.query.functions import SIGNATURES
@@ -181,6 +182,11 @@ class Evaluator:
                 label
                 for label, result in results.items()
                 if result.key is not None and self.state.last_attempt_status(result.key) == "failed"
+            )
+        if name == "stale":
+            # Cached, so not stale by key; but built by code that has changed since.
+            self.universe.warnings.extend(
+                f"{label}: {CODE_CHANGED}" for label, result in sorted(results.items()) if result.code_changed
             )
         wanted = {"cached": Status.CACHED, "stale": Status.WOULD_RUN, "pending": Status.PENDING}[name]
         return frozenset(label for label, result in results.items() if result.status is wanted)

@@ -15,7 +15,7 @@ from marinbuild.query.universe import Universe
 class QueryResult:
     labels: tuple[str, ...]  # in dependency order: each target before what it depends on
     universe: Universe
-    warnings: tuple[str, ...]  # what --keep-going skipped
+    warnings: tuple[str, ...]  # what --keep-going skipped; outputs built by rule code changed since (stale())
 
     def render(self, output: str) -> str:
         return FORMATS[output](self.labels, self.universe)

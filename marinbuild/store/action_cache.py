@@ -99,6 +99,7 @@ class Outputs:
     tree_digest: str
     manifest: Manifest
     directory: str  # a path, or a URL on a remote store; a string: a no-op build makes 10,000
+    rule_code: str | None = None  # the digest of the rule's source when it was built (keys.code_digest)
 
 
 @dataclass(frozen=True)
@@ -177,21 +178,22 @@ class ActionCache:
             return Lookup(None)
         remembered = self.memo.get(path)
         if remembered is not None and remembered[0] == signature:
-            tree_digest, files, checksums = remembered[1], remembered[2], remembered[3]
+            tree_digest, files, checksums, rule_code = remembered[1:]
             manifest = Manifest(tuple(FileEntry(*item) for item in files))
         else:
             parsed = self.read_entry(key)
             if isinstance(parsed, str):
                 return Lookup(None, parsed)
             tree_digest, manifest, checksums = parsed.tree_digest, parsed.manifest, parsed.checksums
+            rule_code = parsed.provenance.get("rule_code")
             files = [(f.path, f.digest, f.size) for f in manifest.files]
-            self.memo.put(path, (signature, tree_digest, files, checksums))
+            self.memo.put(path, (signature, tree_digest, files, checksums, rule_code))
         directory = self.output_dir(key)
         if isinstance(self.store, RemoteStore):
             problem = self.verify_stored(key, manifest, checksums)
         else:
             problem = self.verify(manifest, directory)
-        return Lookup(None, problem) if problem else Lookup(Outputs(key, tree_digest, manifest, directory))
+        return Lookup(None, problem) if problem else Lookup(Outputs(key, tree_digest, manifest, directory, rule_code))
 
     def lookup_many(self, keys: list[str]) -> list[Lookup]:
         """Look keys up together: on a remote store, concurrently, so that a no-op build of
@@ -324,7 +326,7 @@ class ActionCache:
             winner = self.lookup(attempt.key).outputs
             if winner is not None:
                 return winner
-        return Outputs(attempt.key, manifest.tree_digest, manifest, root)
+        return Outputs(attempt.key, manifest.tree_digest, manifest, root, provenance.get("rule_code"))
 
     def _quarantine(self, key: str, attempt_id: str) -> None:
         """Move an unusable entry aside (kept for inspection) so the key can be published again."""

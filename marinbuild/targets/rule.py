@@ -147,6 +147,9 @@ class Rule:
     # One line about an output (e.g. its final loss), printed after a build that names the
     # target. It reads the output directory, so it must be cheap; None when there is nothing to say.
     headline: Callable[[Path], str | None] | None = None
+    # Modules `impl` imports lazily that are part of the implementation: their source counts
+    # in the rule's code digest (marinbuild explain reports code changed since an output).
+    code_modules: tuple[str, ...] = ()
     all_attrs: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
