@@ -17,7 +17,21 @@ Imports only point down this list's dependencies (labels <- targets <- packages;
 store stands alone; actions uses them all; query uses packages and actions, and reaches
 the store only through the session's dry run), plus three shared modules: `errors`
 (the exception types), `hashing` (BLAKE3, canonical JSON, the stat cache) and `memo`
-(machine-local memos). `session` wires the stages together for one command.
+(machine-local memos). `session` wires the stages together for one command;
+`provenance` reads back what the store records (attempts, history, recipes), and `api`
+is the notebook entry point: `marinbuild.output(label)`, `marinbuild.metrics(label)`.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """`marinbuild.output` and `marinbuild.metrics`, imported on first use: `import marinbuild`
+    stays cheap for the CLI."""
+    if name in ("output", "metrics"):
+        from marinbuild import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'marinbuild' has no attribute {name!r}")

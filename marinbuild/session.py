@@ -6,7 +6,10 @@ does without a shell.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,11 +19,19 @@ from pathlib import Path
 from marinbuild import store as stores
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
-from marinbuild.actions.executor import Executor
+from marinbuild.actions.events import EventStream, Tee
+from marinbuild.actions.executor import Executor, LocalExecutor
+from marinbuild.actions.logs import close_logger
 from marinbuild.actions.scheduler import BuildOptions, Scheduler
 from marinbuild.errors import GraphError, StoreError
 from marinbuild import provenance
-from marinbuild.provenance.explain import Explanation, explain_target
+from marinbuild.provenance import rerun
+from marinbuild.provenance.explain import Explanation, explain_target, recipe_changes
+from marinbuild.provenance.show import describe, read_metrics
+from marinbuild.store import Attempt, Outputs
+from marinbuild.store.action_cache import new_attempt_id
+from marinbuild.targets.context import StepFailed
+from marinbuild.targets.rule import Target
 from marinbuild.labels import matches_patterns, parse_label, parse_pattern
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
 from marinbuild.memo import Memo
@@ -31,6 +42,19 @@ from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.action_cache import ENTRY_FORMAT
 from marinbuild.packages.rule_modules import workspace_rules
 from marinbuild.query import QueryResult, Universe, run_query
+
+
+@dataclass(frozen=True)
+class RerunResult:
+    key: str
+    label: str
+    build: BuildResult
+    changes: list[str]  # why the rebuilt recipe has another key (e.g. external inputs differ here)
+    identical: bool | None  # the rebuilt output against the recorded one (None: nothing to compare)
+
+    @property
+    def ok(self) -> bool:
+        return self.build.ok and not self.changes
 
 
 @dataclass
@@ -88,28 +112,38 @@ class Session:
         self.stat_cache.save()
         return graph
 
-    def build(self, patterns: Sequence[str], options: BuildOptions, reporter: Reporter) -> BuildResult:
+    def build(
+        self, patterns: Sequence[str], options: BuildOptions, reporter: Reporter, events: Path | None = None
+    ) -> BuildResult:
+        """Build; the event stream goes to the store with the invocation record, and to `events`."""
         graph = self.plan(patterns)
-        salt = stores.store_salt(self.store)
-        if not options.dry_run:
-            stores.require_leases(self.store, self.unsafe_no_locking)
-            stores.initialize(self.store)
-        started = time.time()
         if options.dry_run:
-            return Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root).run()
+            return Scheduler(graph, self.cache, stores.store_salt(self.store), options, reporter, self.workspace.root).run()
+        return self._run_recorded(graph, list(patterns), options, reporter, events).result
+
+    def _run_recorded(
+        self, graph: Graph, patterns: list[str], options: BuildOptions, reporter: Reporter, events: Path | None = None
+    ) -> Scheduler:
+        """Run a graph with its invocation record (written at the start and at the end) and event stream."""
+        stores.require_leases(self.store, self.unsafe_no_locking)
+        stores.initialize(self.store)
+        stream = EventStream(events)
         executor = self._executor(options)
-        scheduler = Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root, executor)
+        scheduler = Scheduler(
+            graph, self.cache, stores.store_salt(self.store), options, Tee(reporter, stream), self.workspace.root, executor
+        )
+        started = time.time()
         self._record_invocation(patterns, scheduler, started, "running")
         try:
             result = scheduler.run()
         except KeyboardInterrupt:
-            self._record_invocation(patterns, scheduler, started, "interrupted")
+            self._record_invocation(patterns, scheduler, started, "interrupted", stream)
             raise
         finally:
             if executor is not None:
                 executor.close()
-        self._record_invocation(patterns, scheduler, started, "succeeded" if result.ok else "failed")
-        return result
+        self._record_invocation(patterns, scheduler, started, "succeeded" if result.ok else "failed", stream)
+        return scheduler
 
     def _executor(self, options: BuildOptions) -> Executor | None:
         """None: the scheduler's local default."""
@@ -119,7 +153,9 @@ class Session:
 
         return RayExecutor(self.store_url, self.workspace.root, options.ray_address, options.ray_placement_timeout_s)
 
-    def _record_invocation(self, patterns: Sequence[str], scheduler: Scheduler, started: float, outcome: str) -> None:
+    def _record_invocation(
+        self, patterns: Sequence[str], scheduler: Scheduler, started: float, outcome: str, stream: EventStream | None = None
+    ) -> None:
         """Written when the build starts and again when it ends (provenance/history.py).
         The provenance is the scheduler's, so git is asked about the workspace once per build."""
         results = scheduler.result.results
@@ -138,6 +174,80 @@ class Session:
             **scheduler.provenance.invocation,
         }
         self.store.write_bytes(layout.invocation(scheduler.provenance.invocation_id), canonical_json(record).encode())
+        if stream is not None:
+            self.store.write_bytes(layout.invocation_events(scheduler.provenance.invocation_id), stream.jsonl)
+
+    def resolve_output(self, text: str) -> tuple[str, str | None]:
+        """The key of an output named by a key (or a unique prefix of one) or by a label, and a
+        note when a label's current recipe is not built and its newest output is used instead."""
+        if ":" not in text and "/" not in text:
+            return rerun.find_key(self.cache, text), None
+        graph = self.plan([text])
+        if len(graph.requested) != 1:
+            raise GraphError(f"'{text}' names {len(graph.requested)} targets; give one label")
+        label = graph.requested[0]
+        result = self._dry_run(graph).results[label]
+        if result.status is Status.CACHED and result.key is not None:
+            return result.key, None
+        for record in reversed(provenance.label_attempts(self.store, label)):
+            if record.status is stores.AttemptStatus.SUCCEEDED and self.cache.lookup(record.key).outputs is not None:
+                return record.key, f"{label} is not built for its current recipe ({result.reason}); this is its newest output"
+        raise GraphError(f"{label} has no output in {self.store.url} ({result.reason})", hint=f"run 'marinbuild build {label}'")
+
+    def show(self, text: str, recursive: bool = False) -> tuple[dict, str | None]:
+        """The recipe, provenance, files and metrics of an output (provenance/show.py)."""
+        key, note = self.resolve_output(text)
+        return describe(self.cache, key, workspace_rules(self.workspace), recursive), note
+
+    def rerun(self, key_text: str, options: BuildOptions, reporter: Reporter) -> RerunResult:
+        """Rebuild the recipe stored under a key (a unique prefix will do) from the store alone:
+        what is cached is reused, what is missing is built again (provenance/rerun.py)."""
+        key = rerun.find_key(self.cache, key_text)
+        recorded = self.cache.read_entry(key)
+        with tempfile.TemporaryDirectory(prefix="marinbuild-rerun-") as sources:
+            graph = rerun.recipe_graph(self.cache, workspace_rules(self.workspace), key, Path(sources))
+            scheduler = self._run_recipe(graph, key, options, reporter, f"rerun {key}")
+        label = graph.requested[0]
+        result = scheduler.result.results[label]
+        changes = []
+        if result.key is not None and result.key != key:
+            before = recorded.recipe if isinstance(recorded, stores.CacheEntry) else {}
+            changes = recipe_changes(before, scheduler.recipes[label], graph.targets[label])
+        outputs = self.cache.lookup(result.key).outputs if result.key == key else None
+        identical = None
+        if isinstance(recorded, stores.CacheEntry) and outputs is not None:
+            identical = outputs.tree_digest == recorded.tree_digest
+        return RerunResult(key, label, scheduler.result, changes, identical)
+
+    def check(self, key_text: str, options: BuildOptions, reporter: Reporter) -> rerun.CheckReport:
+        """Run the recipe of a cached key again, aside, and compare with what is published."""
+        key = rerun.find_key(self.cache, key_text)
+        with tempfile.TemporaryDirectory(prefix="marinbuild-rerun-") as sources:
+            graph = rerun.recipe_graph(self.cache, workspace_rules(self.workspace), key, Path(sources))
+            scheduler = self._run_recipe(graph, key, options, reporter, f"rerun --check {key}")
+            label = graph.requested[0]
+            if not scheduler.result.ok or scheduler.result.results[label].key != key:
+                raise StoreError(f"the recipe of {key[:12]} could not be rebuilt here", hint=f"'marinbuild rerun {key[:12]}' says why")
+            target = graph.targets[label]
+            attempt_id = new_attempt_id()
+            side = Attempt(key, label, attempt_id, self.store.staging_dir(layout.check(key, attempt_id)))
+            for directory in (side.out, side.tmp, side.staging / "scratch"):
+                directory.mkdir()
+            context = scheduler.context(target, side, side.staging / "scratch" if target.rule.resumable else None)
+            try:
+                LocalExecutor().run(target, context, {})
+            except StepFailed as failure:
+                raise StoreError(f"the rerun of {label} failed: {failure}", hint=f"its log: {side.log_path}") from None
+            finally:
+                close_logger(context.log)
+        report = rerun.check_outputs(self.cache, target.rule, key, side.out)
+        if report.identical:
+            shutil.rmtree(side.staging, ignore_errors=True)
+        return report
+
+    def _run_recipe(self, graph: Graph, key: str, options: BuildOptions, reporter: Reporter, what: str) -> Scheduler:
+        strict = rerun.stored_recipe(self.cache, key).strict_code
+        return self._run_recorded(graph, [what], dataclasses.replace(options, strict_code=strict), reporter)
 
     def dry_run(self, labels: Sequence[str]) -> BuildResult:
         """What building these rule targets would do; reads the store, writes nothing to it."""
@@ -204,9 +314,13 @@ class Session:
 
     def where(self, pattern: str) -> Path:
         """The output directory of a built target whose recipe is current."""
+        return self.cache.local_dir(self.current_output(pattern)[1])
+
+    def current_output(self, pattern: str) -> tuple[Target, Outputs]:
+        """A target and its verified outputs, for its current recipe."""
         graph = self.plan([pattern])
         if len(graph.requested) != 1:
-            raise GraphError(f"'{pattern}' names {len(graph.requested)} targets; 'where' takes one label")
+            raise GraphError(f"'{pattern}' names {len(graph.requested)} targets; give one label")
         label = graph.requested[0]
         target = self._dry_run(graph).results[label]
         if target.status is not Status.CACHED:
@@ -214,4 +328,12 @@ class Session:
         outputs = self.cache.lookup(target.key).outputs
         if outputs is None:
             raise StoreError(f"{label} vanished from the store {self.store.url} while being looked up")
-        return self.cache.local_dir(outputs)
+        return graph.targets[label], outputs
+
+    def metrics(self, pattern: str) -> dict:
+        """The summary metrics of a built ML step (its rule's `metrics_file`); {} for other steps."""
+        target, outputs = self.current_output(pattern)
+        entry = self.cache.read_entry(outputs.key)
+        if isinstance(entry, str):
+            raise StoreError(entry)
+        return read_metrics(self.cache, entry, target.rule)

@@ -101,6 +101,9 @@ train_lm = Rule(
     multi_host=True,
     packages=ML_PACKAGES,
     code_modules=("rules.levanter_lm",),
+    metrics_file="summary.json",
+    # Bit-identical on CPU with a fixed seed, but not promised across machines and XLA versions.
+    check_metrics={"steps": 0.0, "tokens": 0.0, "train_loss": 1e-3, "initial_eval_loss": 1e-3, "eval_loss": 1e-3, "eval_bpb": 1e-3},
 )
 
 
@@ -136,4 +139,5 @@ eval_lm = Rule(
     reads_urls=True,
     packages=ML_PACKAGES,
     code_modules=("rules.levanter_lm",),
+    metrics_file="metrics.json",
 )

@@ -124,3 +124,27 @@ def test_a_running_step_shows_its_log_and_an_interrupted_one_is_cancelled(make_w
     assert item.invocation.result == "interrupted"
     assert session.query("failed(//...)").labels == ()  # an interrupted step is not a failed one
     assert [r["status"] for r in attempt_records(ws / "cache", record.key)] == ["cancelled"]
+
+
+def test_event_stream_to_a_file_and_the_store(make_workspace, tmp_path):
+    ws = make_workspace({"pkg/BUILD.marin": BUILD})
+    events_file = tmp_path / "events.jsonl"
+    for _ in range(2):
+        rc, out, err = run_cli(ws, "build", "-k", "--events", str(events_file), "//pkg:all")
+        assert rc == 1, err
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    names = [event["event"] for event in events]
+    assert names.count("build_started") == 2 and names.count("build_finished") == 2
+    assert names[0] == "build_started" and names[-1] == "build_finished"
+    steps = [(event["event"], event.get("label")) for event in events if event["event"] != "step_progress"]
+    first_build, second_build = steps[: len(steps) // 2], steps[len(steps) // 2 :]
+    assert ("step_started", "//pkg:bad") in first_build and ("step_failed", "//pkg:bad") in first_build
+    assert ("step_finished", "//pkg:good") in first_build
+    assert ("cache_hit", "//pkg:good") in second_build and ("step_failed", "//pkg:bad") in second_build
+    failed = next(event for event in events if event["event"] == "step_failed")
+    assert failed["key"] and "status 3" in failed["reason"] and failed["attempt"]
+    assert all(isinstance(event["time"], float) for event in events)
+    # The store keeps each invocation's stream next to its record.
+    stored = sorted((ws / "cache" / "invocations").glob("*.events.jsonl"))
+    assert len(stored) == 2
+    assert b"".join(path.read_bytes() for path in stored) == events_file.read_bytes()

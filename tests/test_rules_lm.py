@@ -15,7 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+import marinbuild
 from conftest import build_json, cli_env, run_cli, statuses
+from marinbuild.provenance.rerun import check_outputs
+from marinbuild.session import Session
+from rules.lm import train_lm
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_TIMEOUT_S = 300
@@ -150,3 +154,24 @@ def _wait_for_checkpoint(scratch: Path, build: subprocess.Popen, timeout: float 
             return json.loads(metadata.read_text())["step"]
         time.sleep(0.05)
     raise AssertionError("no checkpoint appeared")
+
+
+def test_rerun_check_of_training_compares_metrics_and_sees_another_seed(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws", _build_file())
+    first = _build(ws, f"{PKG}:model")
+    key = next(item["key"] for item in first["targets"] if item["label"] == f"{PKG}:model")
+    summary = json.loads((_output(first, f"{PKG}:model") / "summary.json").read_text())
+    assert marinbuild.metrics(f"{PKG}:model", workspace=ws) == summary
+    assert marinbuild.output(f"{PKG}:model", workspace=ws) == _output(first, f"{PKG}:model")
+
+    # Run again aside, from the stored recipe: the metrics agree within the rule's tolerance.
+    rc, out, err = run_cli(ws, "rerun", "--check", key, timeout=TRAIN_TIMEOUT_S)
+    assert rc == 0, out + err
+    assert "matches the stored output (metrics)" in out
+
+    # Another seed is another model: compared as if it were a rerun, its metrics differ.
+    (ws / "exp" / "BUILD.marin").write_text(_build_file().replace('name = "model",', 'name = "model",\n    seed = 1,'))
+    other = _build(ws, f"{PKG}:model")
+    report = check_outputs(Session.open(ws, cwd=ws).cache, train_lm, key, _output(other, f"{PKG}:model"))
+    assert not report.identical and report.compared == "metrics"
+    assert {difference.split(":")[0] for difference in report.differences} >= {"train_loss", "eval_loss"}

@@ -30,7 +30,7 @@ from typing import Any
 
 import marinbuild
 from marinbuild.actions import keys
-from marinbuild.targets.context import Context, StepFailed
+from marinbuild.targets.context import Context, InputFiles, StepFailed
 from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, WorkerLost, input_files
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.logs import close_logger, step_logger
@@ -362,9 +362,22 @@ class Scheduler:
             "started": _now(),
             "invocation": self.provenance.invocation_id,
             "rule_code": keys.code_digest(rule),
+            # What `rerun` needs to rebuild the recipe from the store alone: every attribute
+            # with its labels, and what each label stood for (dependencies by key).
+            "attrs": dict(planned.target.attrs),
+            "inputs": self._input_records(planned.target),
             **self.provenance.invocation,
             "packages": self.provenance.packages(rule.packages),
         }
+
+    def _input_records(self, target: Target) -> dict[str, dict[str, str]]:
+        records: dict[str, dict[str, str]] = {}
+        for label in self.graph.deps[str(target.label)]:
+            if label in self.graph.sources:
+                records[label] = {"source": self.cache.stat_cache.digest(self.graph.sources[label].path)[0]}
+            else:
+                records[label] = {"key": self._outputs[label].key, "tree_digest": self._outputs[label].tree_digest}
+        return records
 
     def _attempt(self, planned: _Planned, attempt: Attempt, lease: Lease, started: float) -> _Outcome:
         label = str(planned.target.label)
@@ -377,19 +390,7 @@ class Scheduler:
             restored = mirror.restore() if runs_here else 0
             if restored:
                 self.reporter.warning(f"{label}: resuming from {restored} checkpoint files left in the store by an earlier attempt")
-        context = Context(
-            label=label,
-            key=planned.key,
-            attrs=dict(planned.target.attrs),
-            inputs=input_files(self.cache, dependencies, planned.target.rule.reads_urls) if runs_here else {},
-            out=attempt.out,
-            tmp=attempt.tmp,
-            log_path=attempt.log_path,
-            workspace=self.workspace,
-            scratch=scratch,
-            log=step_logger(label, attempt.log_path),
-            progress_fn=lambda done, total, unit: self.reporter.step_progress(label, done, total, unit),
-        )
+        context = self.context(planned.target, attempt, scratch, None if runs_here else {})
         lease.on_lost = context.processes.stop
         if lease.lost:
             context.processes.stop()
@@ -397,6 +398,9 @@ class Scheduler:
         uploaded = None
         error = failure = None
         try:
+            for name, record in attempt.record["inputs"].items():
+                if "source" in record:
+                    self.cache.put_blob(attempt, self.graph.sources[name].path, record["source"])
             with syncing(self.cache.store, planned.key, attempt.attempt_id, attempt.log_path, mirror if runs_here else None):
                 uploaded = self.executor.run(planned.target, context, dependencies)
         except WorkerLost as lost:
@@ -463,6 +467,26 @@ class Scheduler:
             label: self.graph.sources[label].path if label in self.graph.sources else self._outputs[label]
             for label in self.graph.deps[str(target.label)]
         }
+
+    def context(self, target: Target, attempt: Attempt, scratch: Path | None, inputs: dict[str, InputFiles] | None = None) -> Context:
+        """The `ctx` of a target's step once its dependencies are resolved, its inputs as local
+        files unless given (`rerun --check` uses it too, to run a step aside)."""
+        label = str(target.label)
+        if inputs is None:
+            inputs = input_files(self.cache, self._dependencies(target), target.rule.reads_urls)
+        return Context(
+            label=label,
+            key=attempt.key,
+            attrs=dict(target.attrs),
+            inputs=inputs,
+            out=attempt.out,
+            tmp=attempt.tmp,
+            log_path=attempt.log_path,
+            workspace=self.workspace,
+            scratch=scratch,
+            log=step_logger(label, attempt.log_path),
+            progress_fn=lambda done, total, unit: self.reporter.step_progress(label, done, total, unit),
+        )
 
     def _scratch(self, planned: _Planned) -> Path | None:
         if not planned.target.rule.resumable:

@@ -134,6 +134,7 @@ def _is_subtraction(arg: str) -> bool:
 )
 @click.option("--explain", "explain", is_flag=True, help="Say why each step runs: what changed since its nearest earlier output.")
 @click.option("--strict-code", is_flag=True, help="Make each rule's source part of its steps' keys (default: its version).")
+@click.option("--events", type=click.Path(dir_okay=False, path_type=Path), help="Also append the build's event stream (JSON lines) to this file.")
 @click.pass_context
 @_handles_errors
 def build(
@@ -148,6 +149,7 @@ def build(
     ray_placement_timeout: float,
     explain: bool,
     strict_code: bool,
+    events: Path | None,
 ) -> None:
     """Build the targets matched by PATTERNS (`//pkg:name`, `//pkg:all`, `//pkg/...`, `-PATTERN`)."""
     session = _session(ctx)
@@ -168,7 +170,7 @@ def build(
     # Ray's driver prints what its workers report (a worker died...) on sys.stdout, which
     # holds only results here: send it to stderr, with the rest of the build's chatter.
     with contextlib.redirect_stdout(sys.stderr) if executor == "ray" else contextlib.nullcontext():
-        result = session.build(patterns, options, reporter)
+        result = session.build(patterns, options, reporter, events)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     elif dry_run:
@@ -193,6 +195,61 @@ def build(
 def where(ctx: click.Context, label: str) -> None:
     """Print the output directory of a built target."""
     click.echo(_session(ctx).where(label))
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--recursive", "-r", is_flag=True, help="Also show what made each input, down to the sources.")
+@click.option("--json", "as_json", is_flag=True, help="Print it as JSON.")
+@click.pass_context
+@_handles_errors
+def show(ctx: click.Context, target: str, recursive: bool, as_json: bool) -> None:
+    """Show what made an output, named by its LABEL or its KEY (or a prefix of it): the
+    recipe with its inputs' digests, who built it where and when with which versions, its
+    files, and the metrics of an ML step."""
+    description, note = _session(ctx).show(target, recursive)
+    if note:
+        click.echo(f"marinbuild: note: {note}", err=True)
+    if as_json:
+        click.echo(json.dumps(description, indent=2))
+        return
+    for line in records.show_lines(description):
+        click.echo(line)
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--check", is_flag=True, help="Run it again even though it is cached, aside, and compare.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Steps run at once (default: CPU count).")
+@click.pass_context
+@_handles_errors
+def rerun(ctx: click.Context, key: str, check: bool, jobs: int | None) -> None:
+    """Rebuild exactly the recipe stored under KEY, from the store alone (the BUILD files
+    may have changed or be gone). With --check, compare a fresh run with the stored output:
+    byte for byte, or by metrics within the rule's tolerance (training)."""
+    session = _session(ctx)
+    options = BuildOptions(jobs=jobs or session.workspace.jobs or os.cpu_count() or 1)
+    reporter = _reporter(live=sys.stderr.isatty())
+    if check:
+        report = session.check(key, options, reporter)
+        if report.identical:
+            click.echo(f"{report.label} ({report.key[:12]}): the rerun matches the stored output ({report.compared})")
+            return
+        click.echo(f"{report.label} ({report.key[:12]}): the rerun differs from the stored output ({report.compared}):")
+        for difference in report.differences:
+            click.echo(f"  {difference}")
+        click.echo(f"  the rerun's outputs: {report.side}")
+        sys.exit(EXIT_FAILED)
+    result = session.rerun(key, options, reporter)
+    item = result.build.results[result.label]
+    if result.changes:
+        click.echo(f"{result.label}: rebuilt here, the recipe has another key ({item.key}):")
+        for change in result.changes:
+            click.echo(f"  {change}")
+    elif item.output is not None:
+        same = {True: "; byte-identical to the recorded output", False: "; it differs from the recorded output", None: ""}
+        click.echo(f"{result.label} ({result.key[:12]}): {item.status.value}{same[result.identical]}\n  {item.output}")
+    sys.exit(0 if result.ok and result.identical is not False else EXIT_FAILED)
 
 
 @cli.command("explain")

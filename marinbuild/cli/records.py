@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from marinbuild.actions.keys import short
 from marinbuild.provenance import AttemptRecord, HistoryItem
 from marinbuild.provenance.explain import Explanation
@@ -66,4 +68,50 @@ def explanation_lines(explanation: Explanation, indent: str = "") -> list[str]:
         lines += [f"{indent}    {item}" for item in explanation.ingredients]
     for upstream in explanation.upstream:
         lines += explanation_lines(upstream, indent + "  ")
+    return lines
+
+
+def show_lines(description: dict) -> list[str]:
+    recipe = description["recipe"]
+    lines = [
+        f"{description['label']}",
+        f"  key          {description['key']}",
+        f"  tree digest  {description['tree_digest']}",
+        f"  rule         {recipe['rule']} version {recipe['version']}",
+    ]
+    if recipe.get("salt"):
+        lines.append(f"  store salt   {recipe['salt']!r}")
+    lines.append("  attributes")
+    lines += [f"    {name} = {json.dumps(value)}" for name, value in recipe["attrs"].items()]
+    if recipe["inputs"]:
+        lines.append("  inputs")
+        lines += _input_lines(recipe["inputs"], "    ")
+    lines.append("  provenance")
+    lines += [f"    {name}: {json.dumps(value) if isinstance(value, dict) else value}" for name, value in description["provenance"].items()]
+    lines.append(f"  outputs ({len(description['outputs'])} files, {description['total_bytes']:,} bytes)")
+    lines += [f"    {item['path']}  {item['size']:,} bytes  {short(item['blake3'])}" for item in description["outputs"][:_FILES_SHOWN]]
+    if len(description["outputs"]) > _FILES_SHOWN:
+        lines.append(f"    ... and {len(description['outputs']) - _FILES_SHOWN} more (--json lists them all)")
+    if description["metrics"]:
+        lines.append("  metrics")
+        lines += [f"    {name}: {value}" for name, value in description["metrics"].items()]
+    return lines
+
+
+_FILES_SHOWN = 20
+
+
+def _input_lines(inputs: dict, indent: str) -> list[str]:
+    lines = []
+    for label, item in inputs.items():
+        if "source" in item:
+            lines.append(f"{indent}{label}  source {short(item['source'])}")
+            continue
+        lines.append(f"{indent}{label}  output {short(item['tree_digest'])} of key {short(item['key'])}")
+        made_by = item.get("made_by")
+        if made_by and "error" in made_by:
+            lines.append(f"{indent}  ({made_by['error']})")
+        elif made_by:
+            lines.append(f"{indent}  {made_by['recipe']['rule']} version {made_by['recipe']['version']}, built {made_by['provenance'].get('finished', '?')}")
+            lines += _input_lines(made_by["recipe"]["inputs"], indent + "  ")
     return lines

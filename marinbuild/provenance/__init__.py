@@ -2,6 +2,9 @@
 
     attempts    the attempt records of a key or a label, and their logs
     history     the invocation records (one per build) and the attempts each made
+    explain     why a step would run: its recipe against the nearest earlier entry
+    show        what made an output: recipe, inputs, provenance, files, metrics
+    rerun       the graph that made a key, rebuilt from the store alone; `--check` comparisons
 
 Everything here reads the store only; the action cache and the session write it.
 """

@@ -101,7 +101,8 @@ def read_invocation(store: Store, invocation_id: str) -> Invocation | None:
 
 def invocations(store: Store) -> Iterator[Invocation]:
     """Every invocation recorded in the store, newest first (read lazily)."""
-    ids = sorted((path.rsplit("/", 1)[1].removesuffix(".json") for path in store.list("invocations")), reverse=True)
+    names = (path.rsplit("/", 1)[1] for path in store.list("invocations"))
+    ids = sorted((name.removesuffix(".json") for name in names if name.endswith(".json")), reverse=True)
     for invocation_id in ids:
         found = read_invocation(store, invocation_id)
         if found is not None:

@@ -29,7 +29,7 @@ from marinbuild.store import layout
 from marinbuild.store.base import Store
 from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.remote import RemoteStore
-from marinbuild.hashing import StatCache, canonical_json, digest_file
+from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_file
 from marinbuild.memo import Memo
 from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
 
@@ -327,6 +327,25 @@ class ActionCache:
             if winner is not None:
                 return winner
         return Outputs(attempt.key, manifest.tree_digest, manifest, root, provenance.get("rule_code"))
+
+    def put_blob(self, attempt: Attempt, path: Path, digest: str) -> None:
+        """Keep a source file a step reads, by content, so that the recipe can be rerun from
+        the store alone (`marinbuild rerun`) once the workspace has changed or is gone."""
+        name = layout.blob(digest)
+        if self.store.exists(name):
+            return
+        copy = attempt.staging / f"blob-{digest}"
+        shutil.copyfile(path, copy)
+        self.store.put_file(copy, name)
+
+    def get_blob(self, digest: str, destination: Path) -> bool:
+        """Write the blob `digest` to `destination`, verified; False if the store lacks it."""
+        data = self.store.read_bytes(layout.blob(digest))
+        if data is None or digest_bytes(data) != digest:
+            return False
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.write_bytes(data)
+        return True
 
     def _quarantine(self, key: str, attempt_id: str) -> None:
         """Move an unusable entry aside (kept for inspection) so the key can be published again."""

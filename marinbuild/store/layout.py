@@ -8,13 +8,16 @@ hex digits of the key so that no directory (or GCS prefix) grows huge or hot.
     out/<kk>/<key>/...                  the outputs of a published entry
     attempts/<kk>/<key>/<id>.json|.log  every attempt (failures too) and its log
     labels/<ld>/<id>.<key>              an index of the attempts of one label (ld: its digest)
+    blobs/<dd>/<digest>                 source files read by built steps, by content (for rerun)
     invocations/<id>.json               one record per build command
+    invocations/<id>.events.jsonl       its event stream (actions/events.py)
     scratch/<kk>/<key>/                 stable per-key scratch for resumable rules
     locks/<kk>/<key>.lock               leases: one runner per key at a time
     pins/<key>                          keys `cache gc` keeps whatever the workspace says
     tmp/<id>/                           staging of running attempts (never read as output)
     tmp/<id>/log.txt                    the log of a running attempt, as it is written
     quarantine/<key>.<id>.json          entries found corrupt, moved aside before a rebuild
+    checks/<key>/<id>/                  a step run again aside by `rerun --check` (kept if it differs)
 """
 
 from __future__ import annotations
@@ -57,6 +60,14 @@ def label_attempt(label: str, attempt_id: str, key: str) -> str:
     return f"{label_attempts(label)}/{attempt_id}.{key}"
 
 
+def invocation_events(invocation_id: str) -> str:
+    return f"invocations/{invocation_id}.events.jsonl"
+
+
+def blob(digest: str) -> str:
+    return f"blobs/{_shard(digest)}"
+
+
 def invocation(invocation_id: str) -> str:
     return f"invocations/{invocation_id}.json"
 
@@ -94,6 +105,10 @@ STAGING_LOG = "log.txt"  # a running attempt's log, inside its staging directory
 
 def staging_log(attempt_id: str) -> str:
     return f"{staging(attempt_id)}/{STAGING_LOG}"
+
+
+def check(key: str, attempt_id: str) -> str:
+    return f"checks/{key}/{attempt_id}"
 
 
 def quarantine(key: str, attempt_id: str) -> str:

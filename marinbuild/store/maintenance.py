@@ -82,6 +82,8 @@ def entry_keys(store: Store) -> list[str]:
 def _recent_invocation_keys(store: Store, since: float) -> set[str]:
     keys: set[str] = set()
     for path in store.list("invocations"):
+        if not path.endswith(".json"):
+            continue  # an event stream
         started = _parse_time(path.removeprefix("invocations/")[:16], _ATTEMPT_TIME)
         if started is not None and started < since:
             continue

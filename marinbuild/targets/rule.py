@@ -150,6 +150,12 @@ class Rule:
     # Modules `impl` imports lazily that are part of the implementation: their source counts
     # in the rule's code digest (marinbuild explain reports code changed since an output).
     code_modules: tuple[str, ...] = ()
+    # A JSON file among the outputs holding the step's summary metrics (e.g. "summary.json"),
+    # shown by `marinbuild show` and returned by `marinbuild.metrics()`.
+    metrics_file: str | None = None
+    # For a step whose bytes are not reproducible (training): `rerun --check` compares these
+    # metrics, each within its relative tolerance, instead of the output bytes.
+    check_metrics: Mapping[str, float] | None = None
     all_attrs: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,92 @@
+"""The event stream of a build: one JSON object per line, the basis for dashboards.
+
+It is a reporter like the progress display, so it sees exactly what the display sees:
+the build starting, each step starting, progress (bytes moved by transfers), each
+result (a cache hit is a step finished `cached`), warnings (waiting for a lease,
+damaged entries), and the end. Lines are appended to `--events FILE` as they happen and
+the whole stream is kept in the store next to the invocation record. A step that waits
+for another builder's lease shows as a `warning` event that says so.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from marinbuild.actions.results import BuildResult, Reporter, TargetResult
+
+
+class EventStream:
+    def __init__(self, path: Path | None = None):
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._file: TextIO | None = open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115 - closed in build_finished
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"time": round(time.time(), 3), "event": event, **fields})
+        with self._lock:
+            self._lines.append(line)
+            if self._file is not None:
+                self._file.write(line + "\n")
+                self._file.flush()
+
+    @property
+    def jsonl(self) -> bytes:
+        with self._lock:
+            return "".join(line + "\n" for line in self._lines).encode()
+
+    def build_started(self, total: int) -> None:
+        self._emit("build_started", targets=total)
+
+    def step_started(self, label: str) -> None:
+        self._emit("step_started", label=label)
+
+    def step_progress(self, label: str, done: float, total: float | None, unit: str) -> None:
+        self._emit("step_progress", label=label, done=done, total=total, unit=unit)
+
+    def step_finished(self, result: TargetResult) -> None:
+        event = {"cached": "cache_hit", "failed": "step_failed", "skipped": "step_skipped"}.get(result.status.value, "step_finished")
+        self._emit(event, **result.to_json())
+
+    def warning(self, message: str) -> None:
+        self._emit("warning", message=message)
+
+    def build_finished(self, result: BuildResult) -> None:
+        self._emit("build_finished", counts=result.counts, elapsed_s=round(result.elapsed_s, 3))
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class Tee:
+    """Several reporters as one: the display and the event stream."""
+
+    def __init__(self, *reporters: Reporter):
+        self.reporters = reporters
+
+    def build_started(self, total: int) -> None:
+        for reporter in self.reporters:
+            reporter.build_started(total)
+
+    def step_started(self, label: str) -> None:
+        for reporter in self.reporters:
+            reporter.step_started(label)
+
+    def step_progress(self, label: str, done: float, total: float | None, unit: str) -> None:
+        for reporter in self.reporters:
+            reporter.step_progress(label, done, total, unit)
+
+    def step_finished(self, result: TargetResult) -> None:
+        for reporter in self.reporters:
+            reporter.step_finished(result)
+
+    def warning(self, message: str) -> None:
+        for reporter in self.reporters:
+            reporter.warning(message)
+
+    def build_finished(self, result: BuildResult) -> None:
+        for reporter in self.reporters:
+            reporter.build_finished(result)

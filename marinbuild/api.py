@@ -1,0 +1,37 @@
+"""The Python API for notebooks and scripts: `marinbuild.output(label)`, `marinbuild.metrics(label)`.
+
+Both answer for the target's current recipe, from the store, verified, and build nothing
+unless asked (`build=True`): reading results must never start a training run by accident.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from marinbuild.actions.results import NullReporter
+from marinbuild.actions.scheduler import BuildOptions
+from marinbuild.errors import StoreError
+from marinbuild.session import Session
+
+
+def _session(label: str, workspace: str | Path | None, store: str | None, build: bool) -> Session:
+    session = Session.open(Path(workspace) if workspace is not None else None, store)
+    if build:
+        result = session.build([label], BuildOptions(jobs=session.workspace.jobs or os.cpu_count() or 1), NullReporter())
+        if not result.ok:
+            failed = [item for item in result.results.values() if item.status.value == "failed"]
+            reason = "; ".join(f"{item.label}: {item.reason}" for item in failed) or "a step failed"
+            raise StoreError(f"building {label} failed: {reason}", hint=f"'marinbuild log {failed[0].label if failed else label}'")
+    return session
+
+
+def output(label: str, *, workspace: str | Path | None = None, store: str | None = None, build: bool = False) -> Path:
+    """The output directory of `label` (a local path; copied from a remote store, verified)."""
+    return _session(label, workspace, store, build).where(label)
+
+
+def metrics(label: str, *, workspace: str | Path | None = None, store: str | None = None, build: bool = False) -> dict[str, Any]:
+    """The summary metrics of an ML step (`summary.json` of train_lm, `metrics.json` of eval_lm)."""
+    return _session(label, workspace, store, build).metrics(label)

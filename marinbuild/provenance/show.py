@@ -1,0 +1,79 @@
+"""What made an output: its recipe, inputs, provenance, files and metrics, from its entry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from marinbuild.errors import StoreError
+from marinbuild.hashing import digest_bytes
+from marinbuild.store import ActionCache, CacheEntry, layout
+from marinbuild.targets.rule import Rule
+
+# Who, where, when, with what: the provenance fields `show` reports, in this order.
+PROVENANCE_FIELDS = (
+    "user",
+    "host",
+    "started",
+    "finished",
+    "duration_s",
+    "marinbuild",
+    "python",
+    "platform",
+    "packages",
+    "git_commit",
+    "git_dirty",
+    "invocation",
+    "attempt",
+    "rule_code",
+)
+
+
+def read_metrics(cache: ActionCache, entry: CacheEntry, rule: Rule | None) -> dict[str, Any]:
+    """The summary metrics of an ML step (its rule's `metrics_file`), verified; {} if none."""
+    if rule is None or rule.metrics_file is None:
+        return {}
+    listed = {item.path: item for item in entry.manifest.files}.get(rule.metrics_file)
+    if listed is None:
+        return {}
+    data = cache.store.read_bytes(f"{layout.output(entry.key)}/{rule.metrics_file}")
+    if data is None or digest_bytes(data) != listed.digest:
+        raise StoreError(f"{rule.metrics_file} of {entry.key[:12]} is missing or does not match its manifest")
+    return json.loads(data)
+
+
+def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive: bool = False) -> dict[str, Any]:
+    """Everything the store knows about the output of `key`; with `recursive`, the same for
+    the dependencies that made its inputs."""
+    entry = cache.read_entry(key)
+    if isinstance(entry, str):
+        raise StoreError(f"no usable entry for key {key}: {entry}")
+    record = entry.provenance
+    inputs: dict[str, Any] = {}
+    for label, item in record.get("inputs", {}).items():
+        inputs[label] = dict(item)
+        if recursive and "key" in item:
+            try:
+                inputs[label]["made_by"] = describe(cache, item["key"], rules, recursive)
+            except StoreError as error:
+                inputs[label]["made_by"] = {"error": str(error)}
+    recipe = entry.recipe
+    return {
+        "key": entry.key,
+        "label": entry.label,
+        "tree_digest": entry.tree_digest,
+        "recipe": {
+            "rule": recipe["rule"],
+            "version": recipe["version"],
+            "salt": recipe.get("salt", ""),
+            **({"external": recipe["external"]} if "external" in recipe else {}),
+            **({"code": recipe["code"]} if "code" in recipe else {}),
+            "attrs": record.get("attrs", recipe["attrs"]),
+            "inputs": inputs,
+        },
+        "provenance": {name: record[name] for name in PROVENANCE_FIELDS if name in record},
+        "outputs": entry.manifest.to_json(),
+        "total_bytes": entry.manifest.total_bytes,
+        "metrics": read_metrics(cache, entry, rules.get(recipe["rule"])),
+    }
