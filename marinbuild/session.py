@@ -7,6 +7,7 @@ does without a shell.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
@@ -30,7 +31,6 @@ from marinbuild.provenance.explain import Explanation, explain_target, recipe_ch
 from marinbuild.provenance.show import describe, read_metrics
 from marinbuild.store import Attempt, Outputs
 from marinbuild.store.action_cache import new_attempt_id
-from marinbuild.targets.context import StepFailed
 from marinbuild.targets.rule import Target
 from marinbuild.labels import matches_patterns, parse_label, parse_pattern
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
@@ -119,10 +119,10 @@ class Session:
         graph = self.plan(patterns)
         if options.dry_run:
             return Scheduler(graph, self.cache, stores.store_salt(self.store), options, reporter, self.workspace.root).run()
-        return self._run_recorded(graph, list(patterns), options, reporter, events).result
+        return self._run_recorded("build", graph, list(patterns), options, reporter, events).result
 
     def _run_recorded(
-        self, graph: Graph, patterns: list[str], options: BuildOptions, reporter: Reporter, events: Path | None = None
+        self, command: str, graph: Graph, patterns: list[str], options: BuildOptions, reporter: Reporter, events: Path | None = None
     ) -> Scheduler:
         """Run a graph with its invocation record (written at the start and at the end) and event stream."""
         stores.require_leases(self.store, self.unsafe_no_locking)
@@ -133,16 +133,17 @@ class Session:
             graph, self.cache, stores.store_salt(self.store), options, Tee(reporter, stream), self.workspace.root, executor
         )
         started = time.time()
-        self._record_invocation(patterns, scheduler, started, "running")
+        record = functools.partial(self._record_invocation, command, patterns, scheduler, started)
+        record("running")
         try:
             result = scheduler.run()
         except KeyboardInterrupt:
-            self._record_invocation(patterns, scheduler, started, "interrupted", stream)
+            record("interrupted", stream)
             raise
         finally:
             if executor is not None:
                 executor.close()
-        self._record_invocation(patterns, scheduler, started, "succeeded" if result.ok else "failed", stream)
+        record("succeeded" if result.ok else "failed", stream)
         return scheduler
 
     def _executor(self, options: BuildOptions) -> Executor | None:
@@ -154,13 +155,20 @@ class Session:
         return RayExecutor(self.store_url, self.workspace.root, options.ray_address, options.ray_placement_timeout_s)
 
     def _record_invocation(
-        self, patterns: Sequence[str], scheduler: Scheduler, started: float, outcome: str, stream: EventStream | None = None
+        self,
+        command: str,
+        patterns: Sequence[str],
+        scheduler: Scheduler,
+        started: float,
+        outcome: str,
+        stream: EventStream | None = None,
     ) -> None:
         """Written when the build starts and again when it ends (provenance/history.py).
         The provenance is the scheduler's, so git is asked about the workspace once per build."""
         results = scheduler.result.results
         record = {
             "id": scheduler.provenance.invocation_id,
+            "command": command,
             "patterns": list(patterns),
             "cwd": os.fspath(self.cwd),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -206,7 +214,7 @@ class Session:
         recorded = self.cache.read_entry(key)
         with tempfile.TemporaryDirectory(prefix="marinbuild-rerun-") as sources:
             graph = rerun.recipe_graph(self.cache, workspace_rules(self.workspace), key, Path(sources))
-            scheduler = self._run_recipe(graph, key, options, reporter, f"rerun {key}")
+            scheduler = self._run_recipe(graph, key, options, reporter, "rerun")
         label = graph.requested[0]
         result = scheduler.result.results[label]
         changes = []
@@ -224,7 +232,7 @@ class Session:
         key = rerun.find_key(self.cache, key_text)
         with tempfile.TemporaryDirectory(prefix="marinbuild-rerun-") as sources:
             graph = rerun.recipe_graph(self.cache, workspace_rules(self.workspace), key, Path(sources))
-            scheduler = self._run_recipe(graph, key, options, reporter, f"rerun --check {key}")
+            scheduler = self._run_recipe(graph, key, options, reporter, "rerun --check")
             label = graph.requested[0]
             if not scheduler.result.ok or scheduler.result.results[label].key != key:
                 raise StoreError(f"the recipe of {key[:12]} could not be rebuilt here", hint=f"'marinbuild rerun {key[:12]}' says why")
@@ -236,7 +244,7 @@ class Session:
             context = scheduler.context(target, side, side.staging / "scratch" if target.rule.resumable else None)
             try:
                 LocalExecutor().run(target, context, {})
-            except StepFailed as failure:
+            except Exception as failure:  # noqa: BLE001 - the step failed (StepFailed) or its rule has a bug
                 raise StoreError(f"the rerun of {label} failed: {failure}", hint=f"its log: {side.log_path}") from None
             finally:
                 close_logger(context.log)
@@ -245,9 +253,9 @@ class Session:
             shutil.rmtree(side.staging, ignore_errors=True)
         return report
 
-    def _run_recipe(self, graph: Graph, key: str, options: BuildOptions, reporter: Reporter, what: str) -> Scheduler:
+    def _run_recipe(self, graph: Graph, key: str, options: BuildOptions, reporter: Reporter, command: str) -> Scheduler:
         strict = rerun.stored_recipe(self.cache, key).strict_code
-        return self._run_recorded(graph, [what], dataclasses.replace(options, strict_code=strict), reporter)
+        return self._run_recorded(command, graph, [key], dataclasses.replace(options, strict_code=strict), reporter)
 
     def dry_run(self, labels: Sequence[str]) -> BuildResult:
         """What building these rule targets would do; reads the store, writes nothing to it."""

@@ -28,7 +28,7 @@ PKG = "//exp"
 CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n'
 
 
-def _build_file(lr: float = 3e-3, sample_count: int = 60, resources: str = "cpu()", trainer: str | None = None) -> str:
+def _build_file(lr: float = 3e-3, sample_count: int = 60, resources: str = "cpu()", trainer: str | None = None, seed: int = 0) -> str:
     trainer = trainer or '{"steps": 6, "batch_size": 4, "eval_interval": 3, "checkpoint_interval": 2, "max_eval_batches": 2}'
     return f"""
 load("//rules:lm.star", "cpu", "gpu", "llama")
@@ -41,6 +41,7 @@ train_lm(
     model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
     optimizer = {{"learning_rate": {lr}}},
     trainer = {trainer},
+    seed = {seed},
     resources = {resources},
 )
 eval_lm(name = "eval", model = ":model", data = [":tokens"], batch_size = 4, max_batches = 2)
@@ -89,6 +90,21 @@ def test_train_and_evaluate_a_tiny_model(tmp_path: Path) -> None:
     rc, out, err = run_cli(ws, f"{PKG}:all")
     assert rc == 0 and "0 built, 5 cached" in err, err
     assert f"eval loss {summary['eval_loss']:.3f} (at initialisation" in out
+
+    # From Python, without building: the verified output and the summary metrics.
+    assert marinbuild.output(f"{PKG}:model", workspace=ws) == model
+    assert marinbuild.metrics(f"{PKG}:model", workspace=ws) == summary
+
+    # Run it again aside, from the stored recipe: the metrics agree within the rule's
+    # tolerance (training is bit-identical on CPU with a fixed seed).
+    key = next(item["key"] for item in data["targets"] if item["label"] == f"{PKG}:model")
+    rc, out, err = run_cli(ws, "rerun", "--check", key, timeout=TRAIN_TIMEOUT_S)
+    assert rc == 0 and "matches the stored output (metrics)" in out, out + err
+    # Another seed is another model: compared as if it were a rerun, its metrics differ.
+    (ws / "exp" / "BUILD.marin").write_text(_build_file(seed=1))
+    other = _output(_build(ws, f"{PKG}:model"), f"{PKG}:model")
+    report = check_outputs(Session.open(ws, cwd=ws).cache, train_lm, key, other)
+    assert report.compared == "metrics" and {line.split(":")[0] for line in report.differences} >= {"train_loss", "eval_loss"}
 
     # What an edit reruns: resources nothing; the learning rate training and evaluation;
     # the corpus size everything downstream of the data.
@@ -155,23 +171,3 @@ def _wait_for_checkpoint(scratch: Path, build: subprocess.Popen, timeout: float 
         time.sleep(0.05)
     raise AssertionError("no checkpoint appeared")
 
-
-def test_rerun_check_of_training_compares_metrics_and_sees_another_seed(tmp_path: Path) -> None:
-    ws = _workspace(tmp_path / "ws", _build_file())
-    first = _build(ws, f"{PKG}:model")
-    key = next(item["key"] for item in first["targets"] if item["label"] == f"{PKG}:model")
-    summary = json.loads((_output(first, f"{PKG}:model") / "summary.json").read_text())
-    assert marinbuild.metrics(f"{PKG}:model", workspace=ws) == summary
-    assert marinbuild.output(f"{PKG}:model", workspace=ws) == _output(first, f"{PKG}:model")
-
-    # Run again aside, from the stored recipe: the metrics agree within the rule's tolerance.
-    rc, out, err = run_cli(ws, "rerun", "--check", key, timeout=TRAIN_TIMEOUT_S)
-    assert rc == 0, out + err
-    assert "matches the stored output (metrics)" in out
-
-    # Another seed is another model: compared as if it were a rerun, its metrics differ.
-    (ws / "exp" / "BUILD.marin").write_text(_build_file().replace('name = "model",', 'name = "model",\n    seed = 1,'))
-    other = _build(ws, f"{PKG}:model")
-    report = check_outputs(Session.open(ws, cwd=ws).cache, train_lm, key, _output(other, f"{PKG}:model"))
-    assert not report.identical and report.compared == "metrics"
-    assert {difference.split(":")[0] for difference in report.differences} >= {"train_loss", "eval_loss"}

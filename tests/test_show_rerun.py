@@ -90,7 +90,7 @@ def test_rerun_from_the_store_alone_is_byte_identical(make_workspace, tmp_path):
 
     # `history` of the fresh clone shows the rerun like any build.
     rc, out, err = run_cli(fresh, "history", store=str(store))
-    assert f"rerun {key}" in out
+    assert f"rerun {key}" in out and "rerun --check " + key in out
 
 
 def test_rerun_check_reports_a_nondeterministic_step(make_workspace):

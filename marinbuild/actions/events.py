@@ -5,7 +5,8 @@ the build starting, each step starting, progress (bytes moved by transfers), eac
 result (a cache hit is a step finished `cached`), warnings (waiting for a lease,
 damaged entries), and the end. Lines are appended to `--events FILE` as they happen and
 the whole stream is kept in the store next to the invocation record. A step that waits
-for another builder's lease shows as a `warning` event that says so.
+for another builder's lease shows as a `warning` event that says so, followed by the
+holder's log lines as `step_log` events.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class EventStream:
         event = {"cached": "cache_hit", "failed": "step_failed", "skipped": "step_skipped"}.get(result.status.value, "step_finished")
         self._emit(event, **result.to_json())
 
+    def step_log(self, label: str, line: str) -> None:
+        self._emit("step_log", label=label, line=line)
+
     def warning(self, message: str) -> None:
         self._emit("warning", message=message)
 
@@ -82,6 +86,10 @@ class Tee:
     def step_finished(self, result: TargetResult) -> None:
         for reporter in self.reporters:
             reporter.step_finished(result)
+
+    def step_log(self, label: str, line: str) -> None:
+        for reporter in self.reporters:
+            reporter.step_log(label, line)
 
     def warning(self, message: str) -> None:
         for reporter in self.reporters:

@@ -40,7 +40,7 @@ def history_lines(items: list[HistoryItem]) -> list[str]:
         counts = ", ".join(f"{count} {status}" for status, count in invocation.record.get("counts", {}).items() if count)
         lines.append(
             f"{invocation.started or '?'}  {invocation.result:11}  {invocation.user or '?'}@{invocation.host or '?'}"
-            f"  build {' '.join(invocation.patterns)}  ({counts or 'nothing done'})  invocation {invocation.invocation_id}"
+            f"  {invocation.command} {' '.join(invocation.patterns)}  ({counts or 'nothing done'})  invocation {invocation.invocation_id}"
         )
         for outcome, attempt in item.outcomes:
             line = f"    {outcome.status:8} {outcome.label}"

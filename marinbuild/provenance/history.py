@@ -52,6 +52,11 @@ class Invocation:
         return self.record.get("host")
 
     @property
+    def command(self) -> str:
+        """`build`, `rerun` (its pattern is the key) or `rerun --check`."""
+        return self.record.get("command", "build")
+
+    @property
     def patterns(self) -> list[str]:
         return list(self.record.get("patterns", []))
 
