@@ -38,8 +38,9 @@ _PARALLEL_LOOKUPS = 32
 
 
 def new_attempt_id() -> str:
-    """Sortable by time, unique across machines."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}-{secrets.token_hex(3)}"
+    """Sortable by time, unique across machines. The pid is zero-padded so that, within one
+    second, ids sort as numbers and not as strings ('9999' after '10000')."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid():07d}-{secrets.token_hex(3)}"
 
 
 class AttemptStatus(str, enum.Enum):
