@@ -326,7 +326,7 @@ def history(ctx: click.Context, patterns: tuple[str, ...], limit: int, show_cach
 def report(ctx: click.Context, patterns: tuple[str, ...], out: Path) -> None:
     """Write a static HTML report of PATTERNS' targets: their graph coloured by status, the
     training runs with their metrics and loss curves, scaling-law fits, and every attempt
-    with its log, failures included. Open OUT/index.html; no server or network needed."""
+    with its log, failures included. Open index.html in the output directory; no server or network is needed."""
     click.echo(report_pages.write_report(_session(ctx), patterns, out).resolve())
 
 
