@@ -46,6 +46,7 @@ from marinbuild.targets.context import StepFailed
 # What a tokenized target provides (the `tokenize` rule's output contract).
 SPLITS = ("train", "validation")
 TOKENIZER_DIR = "tokenizer"
+_FINAL_CHECKPOINT_WAIT_S = 600.0
 # What train_lm writes next to the checkpoint, for eval_lm: the model config and the
 # digest of the tokenizer it was trained with.
 MODEL_FILE = "model.json"
@@ -303,7 +304,7 @@ def train(
     metrics = scratch / "metrics.jsonl"
     if not finished:
         levanter_train_lm.main(config)
-    if not (checkpoints / last / "metadata.json").exists():
+    if not _wait_for_checkpoint(checkpoints / last / "metadata.json", _FINAL_CHECKPOINT_WAIT_S):
         raise StepFailed(f"training ended without a checkpoint at {last}; see the log")
     shutil.copytree(checkpoints / last, out / "checkpoint")
     shutil.copytree(exports / last, out / "hf")
@@ -315,6 +316,22 @@ def train(
     summary = _train_summary(read_metrics(metrics), logged, resumed_from, started)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _wait_for_checkpoint(metadata: Path, timeout_s: float) -> bool:
+    """Whether the final checkpoint is complete, waiting for it if need be.
+
+    Levanter saves checkpoints asynchronously and its `train_lm.main` returns without
+    waiting for the last save to commit (the checkpointer that would wait is internal to
+    the trainer), so on a loaded machine `metadata.json`, written at commit, can appear a
+    moment after training returns.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not metadata.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def _keep_metrics_until_checkpoint(checkpoints: Path, metrics: Path) -> int | None:
