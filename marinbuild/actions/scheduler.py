@@ -37,9 +37,10 @@ from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
 from marinbuild.labels import parse_label
 from marinbuild.provenance.explain import explain_miss
+from marinbuild.provenance.log_tail import HolderLogTail
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, layout, reporting_transfers
 from marinbuild.store.action_cache import new_attempt_id
-from marinbuild.store.live_sync import HolderLogTail, ScratchMirror, syncing
+from marinbuild.store.live_sync import ScratchMirror, syncing
 from marinbuild.store.remote import RemoteStore
 from marinbuild.targets.rule import Resources, RetryPolicy, Target
 

@@ -5,7 +5,7 @@ Another machine sharing the store sees only what is uploaded, so while the step 
 background thread copies both to the store every `MARINBUILD_SYNC_S` seconds:
 
 - the log to `attempts/<kk>/<key>/<id>.log`, which a builder waiting for the key's lease
-  (or `marinbuild log`) reads and tails;
+  (`provenance.log_tail`) or `marinbuild log` reads;
 - the scratch directory to `scratch/<kk>/<key>/` (remote stores only: a local store's
   scratch is already inside it), so that whoever takes the key over after a crash, on
   any machine, resumes from the last checkpoint rather than from step 0.
@@ -21,10 +21,8 @@ copied.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,8 +33,6 @@ from marinbuild.store.remote import RemoteStore
 
 _DEFAULT_SYNC_S = 10.0
 _MIN_SYNC_S = 1.0  # GCS: about one write per second per object
-_TAIL_POLL_S = 1.0
-_FIRST_LINES = 10
 
 
 def sync_interval_s() -> float:
@@ -135,48 +131,3 @@ def syncing(store: Store, key: str, attempt_id: str, log: Path | None, scratch: 
         stopping.set()
         thread.join()
         run_all()
-
-
-class HolderLogTail:
-    """While this builder waits for a key's lease, print the log of the attempt that holds
-    it, as the holder uploads it (`syncing`); started on the first sign of waiting."""
-
-    def __init__(self, store: Store, key: str, emit: Callable[[str], None]):
-        self.store, self.key, self.emit = store, key, emit
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._follow, name=f"tail {self.key[:12]}", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _follow(self) -> None:
-        shown: dict[str, int] = {}  # attempt id -> bytes already printed
-        while not self._stopping.is_set():
-            with contextlib.suppress(StoreError, OSError, ValueError):
-                attempt_id = self._running_attempt()
-                if attempt_id is not None:
-                    data = self.store.read_bytes(layout.attempt_log(self.key, attempt_id)) or b""
-                    complete = data[: data.rfind(b"\n") + 1]  # whole lines only
-                    if attempt_id not in shown:  # joining late: the last lines are enough
-                        lines = complete.splitlines(keepends=True)
-                        shown[attempt_id] = len(complete) - sum(len(line) for line in lines[-_FIRST_LINES:])
-                    for line in complete[shown[attempt_id] :].decode(errors="replace").splitlines():
-                        self.emit(f"[attempt {attempt_id}] {line}")
-                    shown[attempt_id] = max(shown[attempt_id], len(complete))
-            self._stopping.wait(_TAIL_POLL_S)
-
-    def _running_attempt(self) -> str | None:
-        """The newest attempt at the key if it is still running (attempt ids sort by time)."""
-        records = [path for path in self.store.list(layout.attempts(self.key)) if path.endswith(".json")]
-        if not records:
-            return None
-        data = self.store.read_bytes(records[-1])
-        record = json.loads(data) if data is not None else {}
-        return str(record["attempt"]) if record.get("status") == "running" else None
