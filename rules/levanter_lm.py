@@ -50,6 +50,12 @@ _FINAL_CHECKPOINT_WAIT_S = 600.0
 # What train_lm writes next to the checkpoint, for eval_lm: the model config and the
 # digest of the tokenizer it was trained with.
 MODEL_FILE = "model.json"
+# Per attempt, beside Levanter's logs: each step's wall-clock time and timing metrics.
+TIMING_FILE = "timing.jsonl"
+# The timestamp written into the published checkpoint's metadata.json in place of the
+# save time, which would make every training's output differ. Levanter reads it only to
+# order checkpoints in one directory, and an output holds one.
+CHECKPOINT_TIMESTAMP = "2000-01-01T00:00:00"
 
 
 # -- metrics --------------------------------------------------------------------------------
@@ -59,13 +65,17 @@ class MetricsFile(Tracker):
     """A Levanter tracker appending one JSON line per step (all metrics logged at that step).
 
     Levanter logs a step's metrics in several calls (loss, throughput, evaluation); they
-    are merged and written when the next step starts or the run finishes.
+    are merged and written when the next step starts or the run finishes. Timing (wall
+    clock, durations, rates) goes to a file of its own, apart from the output: `metrics.jsonl`
+    holds only what the recipe determines, so two trainings of one key write the same bytes.
     """
 
     name = "marinbuild_metrics"
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, timing_path: Path):
         self.path = path
+        self.timing_path = timing_path
+        timing_path.parent.mkdir(parents=True, exist_ok=True)
         self.summary: dict[str, Any] = {}
         self._step: int | None = None
         self._row: dict[str, Any] = {}
@@ -93,18 +103,34 @@ class MetricsFile(Tracker):
 
     def _flush(self) -> None:
         if self._row:
-            with self.path.open("a") as file:
-                file.write(json.dumps({"step": self._step, "time": round(time.time(), 3), **self._row}) + "\n")
+            timing = {name: value for name, value in self._row.items() if is_timing(name)}
+            values = {name: value for name, value in self._row.items() if name not in timing}
+            _append_row(self.path, {"step": self._step, **values})
+            _append_row(self.timing_path, {"step": self._step, "time": round(time.time(), 3), **timing})
         self._row = {}
+
+
+def is_timing(name: str) -> bool:
+    """Whether a metric measures the machine rather than the model: Levanter's durations,
+    rates and utilisation (`throughput/duration`, `.../tokens_per_second`, `.../mfu`,
+    `eval/total_time`, `throughput/hook_time`)."""
+    leaf = name.rsplit("/", 1)[-1]
+    return leaf in ("duration", "mfu") or leaf.endswith(("_time", "_per_second"))
+
+
+def _append_row(path: Path, row: dict[str, Any]) -> None:
+    with path.open("a") as file:
+        file.write(json.dumps(row) + "\n")
 
 
 @TrackerConfig.register_subclass("marinbuild_metrics")
 @dataclasses.dataclass
 class MetricsFileConfig(TrackerConfig):
     path: str = "metrics.jsonl"
+    timing_path: str = "timing.jsonl"
 
     def init(self, run_id: str | None) -> MetricsFile:
-        self.tracker = MetricsFile(Path(self.path))
+        self.tracker = MetricsFile(Path(self.path), Path(self.timing_path))
         return self.tracker
 
 
@@ -233,7 +259,7 @@ def trainer_config(
         seed=seed,
         id="train",
         log_dir=log_dir,
-        tracker=MetricsFileConfig(path=str(metrics)),
+        tracker=MetricsFileConfig(path=str(metrics), timing_path=str(log_dir / TIMING_FILE)),
         num_train_steps=steps,
         train_batch_size=batch_size,
         per_device_eval_parallelism=max(1, batch_size // jax.device_count()),
@@ -278,9 +304,19 @@ def _metrics_file(scratch: Path, tmp: Path) -> Path:
     return scratch / "metrics.jsonl" if jax.process_index() == 0 else tmp / "metrics.jsonl"
 
 
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """What a training attempt reports: `summary` (written to summary.json, determined by
+    the recipe) and `measured` (wall time, throughput, where it resumed: for the attempt
+    record, since they differ from one training of the same recipe to the next)."""
+
+    summary: dict[str, Any]
+    measured: dict[str, Any]
+
+
 def train(
     attrs: Mapping[str, Any], data: Mapping[str, str], out: Path, scratch: Path, tmp: Path, distributed: bool = False
-) -> dict[str, Any]:
+) -> Trained:
     """Train (or resume) into `scratch`, then write the outputs of `train_lm` into `out`.
 
     `data` maps each input label to its output location (directory or store URL);
@@ -307,15 +343,31 @@ def train(
     if not _wait_for_checkpoint(checkpoints / last / "metadata.json", _FINAL_CHECKPOINT_WAIT_S):
         raise StepFailed(f"training ended without a checkpoint at {last}; see the log")
     shutil.copytree(checkpoints / last, out / "checkpoint")
+    _fix_checkpoint_timestamp(out / "checkpoint" / "metadata.json")
     shutil.copytree(exports / last, out / "hf")
     shutil.copy(metrics, out / "metrics.jsonl")
     (out / MODEL_FILE).write_text(
         json.dumps({"model": attrs["model"], "tokenizer_blake3": tokenizer_digest(tokenizer)}, indent=2) + "\n"
     )
     logged = config.trainer.tracker.tracker.summary if not finished else {}
-    summary = _train_summary(read_metrics(metrics), logged, resumed_from, started)
+    parameters = _parameter_count(logged, scratch / "parameter_count.json")
+    summary = _train_summary(read_metrics(metrics), parameters)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
+    measured = _measured(read_metrics(Path(config.trainer.log_dir) / TIMING_FILE), resumed_from, started)
+    return Trained(summary, measured)
+
+
+def _parameter_count(logged: Mapping[str, Any], saved: Path) -> int | None:
+    """The count Levanter logs when training starts, kept in scratch for an attempt that
+    only publishes what an earlier one trained (and so logs nothing)."""
+    if "parameter_count" in logged and jax.process_index() == 0:
+        saved.write_text(json.dumps(logged["parameter_count"]))
+    return json.loads(saved.read_text()) if saved.exists() else None
+
+
+def _fix_checkpoint_timestamp(metadata: Path) -> None:
+    fields = json.loads(metadata.read_text())
+    metadata.write_text(json.dumps({**fields, "timestamp": CHECKPOINT_TIMESTAMP}))
 
 
 def _wait_for_checkpoint(metadata: Path, timeout_s: float) -> bool:
@@ -347,28 +399,33 @@ def _keep_metrics_until_checkpoint(checkpoints: Path, metrics: Path) -> int | No
     return step
 
 
-def _train_summary(
-    rows: list[dict[str, Any]], logged: Mapping[str, Any], resumed_from: int | None, started: float
-) -> dict[str, Any]:
-    trained = [row for row in rows if "throughput/total_tokens" in row and row["step"] > (resumed_from or 0)]
-    tokens_per_s = None
-    if len(trained) > 1:  # from the end of the first step this attempt ran: compilation is not throughput
-        tokens = trained[-1]["throughput/total_tokens"] - trained[0]["throughput/total_tokens"]
-        tokens_per_s = round(tokens / max(trained[-1]["time"] - trained[0]["time"], 1e-9), 1)
+def _train_summary(rows: list[dict[str, Any]], parameter_count: int | None) -> dict[str, Any]:
     evals = [row for row in rows if row.get("eval/loss") is not None]
     gflops = _last(rows, "throughput/total_gflops")
     return {
         "steps": rows[-1]["step"] + 1 if rows else 0,
-        "resumed_from_step": resumed_from,
         "train_loss": _last(rows, "train/loss"),
         "initial_eval_loss": evals[0]["eval/loss"] if evals and evals[0]["step"] == 0 else None,
         "eval_loss": _last(rows, "eval/loss"),
         "eval_bpb": _last(rows, "eval/bpb"),
         "tokens": _last(rows, "throughput/total_tokens"),
         "flops": None if gflops is None else gflops * 1e9,
-        "tokens_per_s": tokens_per_s,
-        "parameter_count": logged.get("parameter_count"),
+        "parameter_count": parameter_count,
+    }
+
+
+def _measured(timing: list[dict[str, Any]], resumed_from: int | None, started: float) -> dict[str, Any]:
+    """This attempt's figures: the steps it trained (none if an earlier attempt finished
+    them and it only published), and its throughput, the median over its steps but the
+    first, which includes compilation."""
+    trained = [row for row in timing if row.get("throughput/tokens_per_second") is not None]
+    rates = sorted(row["throughput/tokens_per_second"] for row in trained[1:])
+    return {
         "wall_time_s": round(time.time() - started, 2),
+        "resumed_from_step": resumed_from,
+        "first_step_trained": trained[0]["step"] if trained else None,
+        "steps_trained": len(trained),
+        "tokens_per_s": round(rates[len(rates) // 2], 1) if rates else None,
     }
 
 

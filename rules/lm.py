@@ -75,8 +75,9 @@ def _train_lm(ctx: Context) -> None:
 
     ctx.log.info("training; checkpoints in %s", ctx.scratch)
     data = {label: ctx.url(label) for label in ctx.inputs}
-    summary = levanter_lm.train(ctx.attrs, data, ctx.out, ctx.scratch, ctx.tmp, ctx.distributed is not None)
-    ctx.log.info("summary: %s", summary)
+    trained = levanter_lm.train(ctx.attrs, data, ctx.out, ctx.scratch, ctx.tmp, ctx.distributed is not None)
+    ctx.measure(**trained.measured)
+    ctx.log.info("summary: %s; this attempt: %s", trained.summary, trained.measured)
 
 
 train_lm = Rule(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,3 +149,51 @@ def test_event_stream_to_a_file_and_the_store(make_workspace, tmp_path):
     stored = sorted((ws / "cache" / "invocations").glob("*.events.jsonl"))
     assert len(stored) == 2
     assert b"".join(path.read_bytes() for path in stored) == events_file.read_bytes()
+
+
+MEASURING_STEPS = """\
+import time
+
+
+def timed(ctx):
+    (ctx.out / "result.txt").write_text(str(ctx.attrs["config"]["n"] ** 2))
+    ctx.measure(wall_time_s=time.time() % 7, finished_at=time.time())
+
+
+def timed_then_fails(ctx):
+    ctx.measure(got_to="the middle")
+    raise RuntimeError("out of memory (on purpose)")
+"""
+
+
+def test_measurements_go_to_the_attempt_record_not_the_output(make_workspace):
+    """`ctx.measure`: facts about an attempt (timing) that must not make outputs differ."""
+    ws = make_workspace({
+        "pkg/steps.py": MEASURING_STEPS,
+        "pkg/BUILD.marin": """\
+        py_step(name = "timed", fn = "steps.py:timed", config = {"n": 7})
+        py_step(name = "failing", fn = "steps.py:timed_then_fails")
+        """,
+    })
+    first = build_json(ws, "-k", "//pkg:all", expect_rc=1)
+    key = first["by_label"]["//pkg:timed"]["key"]
+    [record] = [r for r in attempt_records(ws / "cache", key) if r["status"] == "succeeded"]
+    assert set(record["measured"]) == {"wall_time_s", "finished_at"}
+    rc, out, err = run_cli(ws, "show", "--json", "//pkg:timed")
+    assert rc == 0, err
+    assert json.loads(out)["measured"] == record["measured"]
+    rc, out, err = run_cli(ws, "show", "//pkg:timed")
+    assert "measured by the attempt that built it (not part of the output)" in out and "finished_at:" in out
+
+    # What a failed attempt measured before it failed is kept with its error.
+    [failed] = attempt_records(ws / "cache", first["by_label"]["//pkg:failing"]["key"])
+    assert failed["status"] == "failed" and failed["measured"] == {"got_to": "the middle"}
+    assert "out of memory (on purpose)" in failed["error"]
+
+    # Built again from scratch: other measurements, the same output tree.
+    digest = json.loads(run_cli(ws, "show", "--json", "//pkg:timed")[1])["tree_digest"]
+    shutil.rmtree(ws / "cache")
+    second = build_json(ws, "//pkg:timed")
+    assert statuses(second) == {"//pkg:timed": "built"} and second["by_label"]["//pkg:timed"]["key"] == key
+    shown = json.loads(run_cli(ws, "show", "--json", "//pkg:timed")[1])
+    assert shown["tree_digest"] == digest and shown["measured"]["finished_at"] > record["measured"]["finished_at"]

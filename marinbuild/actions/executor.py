@@ -76,7 +76,8 @@ class LocalExecutor(Executor):
 
 
 def run_in_subprocess(impl_path: str, context: Context) -> None:
-    """Run the rule in `python -m marinbuild.actions.worker`, relaying progress.
+    """Run the rule in `python -m marinbuild.actions.worker`, relaying progress and
+    measurements.
 
     A worker killed by SIGKILL that the builder did not send (the kernel's OOM killer, a
     killed Ray worker taking its child along) is reported as WorkerLost."""
@@ -99,6 +100,8 @@ def run_in_subprocess(impl_path: str, context: Context) -> None:
             message = json.loads(line)
             if "progress" in message:
                 context.progress(*message["progress"])
+            elif "measured" in message:
+                context.measure(**message["measured"])
             elif "error" in message:
                 error, exit_status = message["error"], message.get("exit_status")
         returncode = process.wait()

@@ -422,20 +422,22 @@ class Scheduler:
             error = f"the build was interrupted while the step ran: {error}"
         duration = time.monotonic() - started
         log = self.cache.store.local_path(layout.attempt_log(planned.key, attempt.attempt_id))
+        measured = {"measured": context.measured} if context.measured else {}
         if error is not None:
             details = {"exit_status": exit_status} if exit_status is not None else {}
             if failure is not None:
                 details["failure"] = failure
-            self.cache.finish_attempt(attempt, status, error=error, finished=_now(), duration_s=duration, **details)
+            self.cache.finish_attempt(attempt, status, error=error, finished=_now(), duration_s=duration, **details, **measured)
             return _Outcome(None, duration, error, log, attempt=attempt.attempt_id, failure=failure)
         provenance = {
             **attempt.record,
             "finished": _now(),
             "duration_s": round(duration, 3),
+            **measured,
         }
         provenance.pop("status", None)
         outputs = self.cache.publish(attempt, planned.recipe, provenance, uploaded)
-        self.cache.finish_attempt(attempt, AttemptStatus.SUCCEEDED, finished=_now(), duration_s=duration)
+        self.cache.finish_attempt(attempt, AttemptStatus.SUCCEEDED, finished=_now(), duration_s=duration, **measured)
         if scratch is not None:  # published: the checkpoints are of no further use
             if mirror is not None:
                 mirror.discard()

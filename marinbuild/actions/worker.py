@@ -2,7 +2,8 @@
 
 Protocol: the parent writes `{"impl": "module:function", "context": {...}}` on stdin;
 the worker writes JSON lines on stdout — `{"progress": [done, total, unit]}` while it
-runs, and `{"error": message}` before exiting non-zero on failure. Everything the step
+runs, `{"measured": {...}}` (what the step gave `ctx.measure`) when it ends, and
+`{"error": message}` before exiting non-zero on failure. Everything the step
 logs goes to its log file.
 """
 
@@ -65,6 +66,9 @@ def main() -> int:
         context.log.error("%s", traceback.format_exc())
         emit({"error": f"{type(error).__name__}: {error}"})
         return 1
+    finally:
+        if context.measured:  # a failed attempt's measurements are worth keeping too
+            emit({"measured": context.measured})
     return 0
 
 

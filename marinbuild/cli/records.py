@@ -95,6 +95,9 @@ def show_lines(description: dict) -> list[str]:
     if description["metrics"]:
         lines.append("  metrics")
         lines += [f"    {name}: {value}" for name, value in description["metrics"].items()]
+    if description["measured"]:
+        lines.append("  measured by the attempt that built it (not part of the output)")
+        lines += [f"    {name}: {value}" for name, value in description["measured"].items()]
     return lines
 
 

@@ -87,7 +87,9 @@ class RayExecutor(Executor):
             }
             for rank, host in enumerate(hosts):
                 host.start.remote({**request, "distributed": distributed[rank], "uploads": rank == 0})
-            return self._follow(hosts, addresses, context)
+            uploaded = self._follow(hosts, addresses, context)
+            ray.get([host.discard_scratch.remote() for host in hosts])
+            return uploaded
         finally:
             _release([*hosts, *reservations])
 
@@ -176,6 +178,8 @@ class RayExecutor(Executor):
                     if report["progress"] is not None and rank == 0:
                         context.progress(*report["progress"])
                     outcome = report["outcome"]
+                    if outcome is not None and rank == 0:
+                        context.measure(**outcome["measured"])
                     if outcome is not None and "worker_lost" in outcome:
                         raise WorkerLost(f"{_name(rank, addresses, len(hosts))}: {outcome['worker_lost']}")
                     if outcome is not None and "error" in outcome:

@@ -61,6 +61,7 @@ class StepHost:
         self._offset = 0
         self._progress: list[Any] | None = None
         self._outcome: dict[str, Any] | None = None
+        self._scratch_copy: Path | None = None  # this host's copy of a remote store's scratch
 
     def address(self) -> dict[str, Any]:
         import ray
@@ -97,8 +98,16 @@ class StepHost:
                 shutil.rmtree(self._staging, ignore_errors=True)
             return {"log": text, "progress": progress, "outcome": outcome}
 
+    def discard_scratch(self) -> None:
+        """The step succeeded on every host: this host's copy of its checkpoints is of no
+        further use. (The store's copy is discarded by the driver when it publishes; on a
+        local store the scratch directory is the driver's own, which it removes itself.)"""
+        if self._scratch_copy is not None:
+            shutil.rmtree(self._scratch_copy, ignore_errors=True)
+
     def _run(self, request: dict[str, Any]) -> None:
         staging: Path | None = None
+        measured: dict[str, Any] = {}
         try:
             store = open_store(request["store"], LOCAL_DIR / "stores")
             cache = ActionCache(store, StatCache(Memo(None, "ray-host")), Memo(None, "ray-host"), LocalCache(LOCAL_DIR / "local-cache"))
@@ -113,6 +122,8 @@ class StepHost:
             if request["resumable"]:
                 scratch = store.local_path(layout.scratch(request["key"]))
                 scratch.mkdir(parents=True, exist_ok=True)
+                if isinstance(store, RemoteStore):
+                    self._scratch_copy = scratch
                 if isinstance(store, RemoteStore) and request["uploads"]:  # the first host keeps the store's copy
                     mirror = ScratchMirror(store, request["key"], scratch)
                     mirror.restore()
@@ -128,6 +139,7 @@ class StepHost:
                 scratch=scratch,
                 distributed=request["distributed"],
                 progress_fn=self._report_progress,
+                measured=measured,
             )
             with syncing(store, request["key"], "", None, mirror):
                 run_in_subprocess(request["impl"], context)
@@ -144,7 +156,7 @@ class StepHost:
                 shutil.rmtree(staging / "out", ignore_errors=True)
                 shutil.rmtree(staging / "work", ignore_errors=True)
         with self._lock:
-            self._outcome = outcome
+            self._outcome = {**outcome, "measured": measured}
 
     def _report_progress(self, done: float, total: float | None, unit: str) -> None:
         with self._lock:

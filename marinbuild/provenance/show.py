@@ -76,4 +76,6 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
         "outputs": entry.manifest.to_json(),
         "total_bytes": entry.manifest.total_bytes,
         "metrics": read_metrics(cache, entry, rules.get(recipe["rule"])),
+        # What the attempt that made the output measured (`ctx.measure`): not part of it.
+        "measured": record.get("measured", {}),
     }

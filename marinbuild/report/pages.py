@@ -169,9 +169,14 @@ def hyperparameters(step: StepReport) -> dict[str, Any]:
     return found
 
 
+# What the attempt that built a run measured (`ctx.measure`), shown in the runs table.
+MEASURED_COLUMNS = ("tokens_per_s", "wall_time_s")
+
+
 def final_metrics(report: Report, step: StepReport) -> dict[str, Any]:
     """The run's summary.json numbers (else the last value of each loss in metrics.jsonl),
-    then the numbers of each evaluation (metrics.json) built on it."""
+    the speed its building attempt measured, then the numbers of each evaluation
+    (metrics.json) built on it."""
     summary = step.json_file(SUMMARY_FILE)
     found: dict[str, Any] = {}
     if isinstance(summary, dict):
@@ -179,6 +184,8 @@ def final_metrics(report: Report, step: StepReport) -> dict[str, Any]:
     else:
         for curve in plots.loss_curves(step.label, step.metrics_rows):
             found[curve.metric] = curve.values[-1]
+    measured = step.entry.provenance.get("measured", {}) if step.entry is not None else {}
+    found.update((name, measured[name]) for name in MEASURED_COLUMNS if _is_number(measured.get(name)))
     for dependent in step.dependents:
         metrics = report.steps[dependent].json_file("metrics.json")
         if isinstance(metrics, dict):
@@ -215,7 +222,7 @@ def _runs_section(report: Report) -> str:
     figure = f'<figure id="loss-curves">{plots.curves_svg(curves, "Loss (train solid, eval dashed)")}</figure>' if curves else ""
     return (
         '<section id="runs"><h2>Training runs</h2>'
-        '<p class="meta">Hyperparameters are the recipe\'s; final metrics come from each run\'s outputs and its evaluations. Click a column to sort.</p>'
+        '<p class="meta">Hyperparameters are the recipe\'s; final metrics come from each run\'s outputs and its evaluations, tokens_per_s and wall_time_s from the attempt that trained it. Click a column to sort.</p>'
         + (f'<p id="shared-hyperparameters">{"Common to every run" if len(runs) > 1 else "Hyperparameters"}: {escape(common)}</p>' if common else "")
         + f"{table}<h3>Loss curves</h3>{figure}</section>"
     )

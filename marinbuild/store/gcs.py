@@ -58,6 +58,12 @@ class GCSStore(RemoteStore):
         self.bucket, _, self.prefix = self.url.removeprefix("gs://").partition("/")
         if not self.bucket:
             raise StoreError(f"store URL '{url}' names no bucket", hint="e.g. gs://team-bucket/marinbuild")
+        endpoint = os.environ.get("STORAGE_EMULATOR_HOST")
+        if endpoint:
+            # Steps that read the store through tensorstore (Levanter) must use the emulator
+            # too, from the first one, even where this process itself reads nothing (a Ray
+            # host running a step that reads URLs); else tensorstore asks the real GCS.
+            os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", endpoint)
 
     @functools.cached_property
     def fs(self) -> Any:
@@ -65,8 +71,6 @@ class GCSStore(RemoteStore):
 
         endpoint = os.environ.get("STORAGE_EMULATOR_HOST")
         self._check_reachable(endpoint or _PUBLIC_ENDPOINT)
-        if endpoint:  # steps that read the store through tensorstore (Levanter) use the emulator too
-            os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", endpoint)
         return gcsfs.GCSFileSystem(token="anon" if endpoint else None)
 
     def _check_reachable(self, endpoint: str) -> None:

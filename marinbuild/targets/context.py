@@ -2,7 +2,8 @@
 
 The context is deliberately small: resolved attributes, the files of each input, a fresh
 output directory, a logger that writes to the step's log in the store, and a progress
-callback. It is JSON-serializable (less the logger and callback), so the same object is
+callback, and `measure()` for facts about the attempt (timing) that are kept apart from
+the output. It is JSON-serializable (less the logger and callback), so the same object is
 rebuilt inside a worker process for rules that run in a subprocess.
 """
 
@@ -105,6 +106,7 @@ class Context:
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("marinbuild.step"))
     progress_fn: ProgressFn | None = None
     processes: ChildProcesses = field(default_factory=ChildProcesses)
+    measured: dict[str, JsonValue] = field(default_factory=dict)
 
     def files(self, label: str) -> tuple[Path, ...]:
         return self.inputs[label].local(label).files
@@ -128,6 +130,13 @@ class Context:
         """Report progress on long work; shown live next to the running step."""
         if self.progress_fn is not None:
             self.progress_fn(done, total, unit)
+
+    def measure(self, **values: JsonValue) -> None:
+        """Record facts about this attempt that must not be part of its output: wall time,
+        throughput, the step it resumed from. They go into the attempt record and the
+        entry's provenance. An output holds only what the recipe determines, so that two
+        builds of one key publish the same tree and dependents keep their keys."""
+        self.measured.update(values)
 
     def to_json(self) -> dict[str, Any]:
         return {
