@@ -1,15 +1,18 @@
 """marinbuild report: the HTML page of an experiment, opened in a real browser.
 
-The browser test builds the tiny LM pipeline of test_rules_lm (two runs that differ in
-their learning rate), a step that fails and one that depends on it, and a step writing a
-scaling-law fit (fit.json in the schema of fit_scaling_law, and a PNG plot); then it opens
-the report in headless Chromium (Debian's chromium and chromium-driver, driven by
-selenium) and checks what a reader sees. A screenshot is saved under the test's tmp_path.
-The status test needs no browser: it reads the report's steps table.
+The browser test builds the tiny LM pipeline of test_rules_lm, a step that fails and one
+that depends on it, and a tiny scaling suite: an isoFLOP sweep trained on the same token
+cache (three widths at two budgets), a held-out run, and fit_scaling_law over them. Then
+it opens the report in headless Chromium (Debian's chromium and chromium-driver, driven
+by selenium) and checks what a reader sees: the graph, the runs table and loss curves of
+every run, the fit's plots and numbers as fit.json has them, and the failure with its log.
+A screenshot is saved under the test's tmp_path. The status test needs no browser: it
+reads the report's steps table.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -28,44 +31,40 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from marinbuild.report import StepStatus, diagram
 from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses, write_files
-from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build_file, _output, _workspace
+from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build_file, _output
+from test_scaling_sweep import _workspace
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # apt: chromium chromium-driver
 
 EXTRA_TARGETS = """
-train_lm(
-    name = "model_slow",
-    data = ":tokens",
-    model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
-    optimizer = {"learning_rate": 1e-4},
-    trainer = {"steps": 6, "batch_size": 4, "eval_interval": 3, "checkpoint_interval": 2, "max_eval_batches": 2},
-)
 genrule(name = "broken", outs = ["x.txt"], cmd = "echo loading shards; echo 'CUDA out of memory (on purpose)' >&2; exit 3")
 genrule(name = "after_broken", srcs = [":broken"], outs = ["y.txt"], cmd = "cat $< > $@")
-py_step(name = "fit", fn = "fit.py:write_fit")
 """
 
-# A scaling-law step: fit_scaling_law's fit and plots (rules/scaling_fit.py, scaling_plots.py)
-# over synthetic isoFLOP runs drawn from known laws, so that no sweep has to be trained.
-FIT_STEP = """
-import json
-import math
+# A scaling suite small enough for CI, on the pipeline's tokens: one-layer models 4, 16 and
+# 64 wide (depth_base makes every depth round to the minimum), a few dozen steps each. At
+# these sizes the widest model, given the fewest tokens, is far from trained, so each
+# budget's parabola is clearly convex (its middle run lies about 0.14 nats below the chord
+# of the other two); at 1e9 its minimum is inside the sweep, at 3e9 it is extrapolated.
+# Batches stay at 16 sequences or fewer (max_batch): with 32 or 64, most training processes
+# tried aborted at exit, after their summary ("FATAL: exception not rethrown").
+SCALING_SUITE = """
+load("//rules:scaling.star", "isoflop_sweep", "optimal_runs", "scaling_recipe")
+recipe = scaling_recipe(
+    vocab_size = 300, seq_len = 64, widths = [4, 16, 64], head_dim = 4,
+    depth_base = 1000, depth_log_slope = 0, depth_offset = 0,
+    target_steps = 30, min_batch = 4, max_batch = 16, max_learning_rate = 0.03, max_eval_batches = 2,
+)
 
-from rules import scaling_fit, scaling_plots
+def one_core(budget):
+    return cpu(cores = 1, memory_gb = 2)
 
-
-def write_fit(ctx):
-    def run(budget, offset):
-        optimum = math.log10(0.08 * budget**0.55)
-        loss = 1.8 + 40 * budget**-0.12 + 0.35 * offset**2
-        return scaling_fit.Run(f"//s:{budget:.0e}{offset:+}", budget, 10 ** (optimum + offset), budget, loss)
-
-    runs = [run(budget, offset) for budget in (1e16, 1e17, 1e18) for offset in (-0.5, -0.2, 0.1, 0.4)]
-    fit = scaling_fit.fit(runs, [run(1e19, 0.05)], [1e21], scaling_fit.Settings(bootstrap=50))
-    (ctx.out / "fit.json").write_text(json.dumps(fit))
-    scaling_plots.isoflops(fit, ctx.out / "isoflops.png")
-    scaling_plots.scaling(fit, ctx.out / "scaling.png")
+runs = isoflop_sweep(name = "iso", budgets = [1e9, 3e9], candidates_per_budget = 3, data = ":tokens", recipe = recipe, resources = one_core, evaluate = False)
+held_out = optimal_runs(name = "heldout", budgets = [6e9], widths = {6e9: 16}, data = ":tokens", recipe = recipe, resources = one_core, evaluate = False)
+fit_scaling_law(name = "fit", runs = runs, held_out = held_out, target_budgets = [1e11], bootstrap = 100)
 """
+SWEEP = [f"{PKG}:iso-{budget}-{width}-L1" for budget in ("1e9", "3e9") for width in ("d4", "d16", "d64")]
+HELD_OUT = f"{PKG}:heldout-6e9-d16-L1"
 
 STEP_ROW = re.compile(r'<tr><td><a href="steps/[^"]+">(//[^<]+)</a></td><td>[^<]*</td><td data-sort="([^"]+)">')
 
@@ -96,13 +95,16 @@ def _visible(browser: WebDriver, selector: str):
 
 
 def test_report_in_a_browser(tmp_path: Path) -> None:
-    ws = _workspace(tmp_path / "ws", _build_file() + EXTRA_TARGETS)
-    write_files(ws, {"exp/fit.py": FIT_STEP})
+    ws = _workspace(tmp_path / "ws", _build_file() + EXTRA_TARGETS + SCALING_SUITE)
     rc, stdout, stderr = run_cli(ws, "build", "--json", "--keep-going", f"{PKG}:all", timeout=2 * TRAIN_TIMEOUT_S)
     assert rc == 1, stderr
     built = json.loads(stdout)
     assert statuses(built)[f"{PKG}:broken"] == "failed" and statuses(built)[f"{PKG}:after_broken"] == "skipped"
-    assert statuses(built)[f"{PKG}:model"] == "built" and statuses(built)[f"{PKG}:model_slow"] == "built"
+    runs = [f"{PKG}:model", *SWEEP, HELD_OUT]
+    assert {statuses(built)[label] for label in (*runs, f"{PKG}:fit")} == {"built"}, stderr
+    summaries = {label: json.loads((_output(built, label) / "summary.json").read_text()) for label in runs}
+    fit_output = _output(built, f"{PKG}:fit")
+    fit = json.loads((fit_output / "fit.json").read_text())
     index = _report(ws, tmp_path / "report", f"{PKG}:all")
     html = index.read_text()
     assert not re.search(r"""(src|href)=["']https?:""", html), "the report must not load anything from the network"
@@ -115,43 +117,54 @@ def test_report_in_a_browser(tmp_path: Path) -> None:
         # The graph: a box per target, each a link to its step page.
         graph = _visible(browser, "#graph svg.graph")
         links = graph.find_elements(By.CSS_SELECTOR, "a")
-        assert len(links) == len(built["targets"]) == 9
+        assert len(links) == len(built["targets"]) == 15
 
-        # The runs table, sortable: the fast run has the lower final eval loss.
+        # The runs table: the pipeline's run and the suite's, sortable.
         table = _visible(browser, "#runs-table")
         headers = [cell.text for cell in table.find_elements(By.CSS_SELECTOR, "th")]
-        assert {"optimizer.learning_rate", "eval_loss", "eval.loss"} <= set(headers), headers
-        assert "model.hidden_dim = 32" in _visible(browser, "#shared-hyperparameters").text
+        assert {"optimizer.learning_rate", "model.hidden_dim", "trainer.steps", "eval_loss", "eval.loss"} <= set(headers), headers
+        assert "model.num_layers = 1" in _visible(browser, "#shared-hyperparameters").text
 
         def runs_column(name: str) -> list[str]:
             column = headers.index(name) + 1
             return [cell.text for cell in table.find_elements(By.CSS_SELECTOR, f"tbody td:nth-child({column})")]
 
-        assert set(runs_column("run")) == {f"{PKG}:model", f"{PKG}:model_slow"}
+        assert sorted(runs_column("run")) == sorted(runs)
         table.find_elements(By.CSS_SELECTOR, "th")[headers.index("optimizer.learning_rate")].click()
-        assert runs_column("run") == [f"{PKG}:model_slow", f"{PKG}:model"]
-        assert runs_column("optimizer.learning_rate") == ["0.0001", "0.003"]
+        assert runs_column("run")[0] == f"{PKG}:model" and runs_column("optimizer.learning_rate")[0] == "0.003"
         table.find_elements(By.CSS_SELECTOR, "th")[headers.index("eval_loss")].click()
-        assert runs_column("run") == [f"{PKG}:model", f"{PKG}:model_slow"]
+        assert runs_column("run") == sorted(runs, key=lambda label: summaries[label]["eval_loss"])
+        assert runs_column("eval_loss") == [f"{summaries[label]['eval_loss']:.4g}" for label in runs_column("run")]
 
-        # Loss curves: both runs, train and eval, drawn.
+        # Loss curves: every run's training loss, and the evaluations of the pipeline's run.
         curves = _visible(browser, "#loss-curves svg")
         legend = curves.text
-        for run in ("model", "model_slow"):
-            assert f":{run} train/loss" in legend and f":{run} eval/loss" in legend, legend
+        for run in runs:
+            assert f":{run.split(':')[1]} train/loss" in legend, legend
+        assert ":model eval/loss" in legend, legend
         assert len(curves.find_elements(By.CSS_SELECTOR, "path")) > 10
 
-        # The scaling-law fit: its two plots, and the forecast table with the target budget.
-        fit = json.loads((_output(built, f"{PKG}:fit") / "fit.json").read_text())
-        _visible(browser, "#scaling")
+        # The scaling-law fit of the suite: the fit step's own plots, its forecasts (the
+        # target budget and the held-out run's), its laws and the held-out check.
+        assert {budget["budget"] for budget in fit["budgets"] if budget["used"]} == {1e9, 3e9}
+        scaling = _visible(browser, "#scaling")
         plots = browser.find_elements(By.CSS_SELECTOR, "#scaling img.plot")
         assert [plot.get_attribute("alt") for plot in plots] == ["isoflops.png", "scaling.png"]
         for plot in plots:
             browser.execute_script("arguments[0].scrollIntoView()", plot)
             assert plot.is_displayed() and browser.execute_script("return arguments[0].naturalWidth", plot) > 100
+            shown = base64.b64decode(plot.get_attribute("src").split(",", 1)[1])
+            assert shown == (fit_output / plot.get_attribute("alt")).read_bytes()
         forecasts = _visible(browser, "#forecast-table").text
-        assert "1e+21" in forecasts and f"{fit['forecasts'][-1]['loss']:.4g}" in forecasts, forecasts
-        assert "//s:1e+19+0.05" in _visible(browser, "#held-out-table").text
+        assert [forecast["budget"] for forecast in fit["forecasts"]] == [6e9, 1e11]
+        for forecast in fit["forecasts"]:
+            row = f"{forecast['budget']:.4g} {forecast['optimal_tokens']:.4g} [{forecast['optimal_tokens_ci'][0]:.4g}, "
+            assert row in forecasts and f"{forecast['loss']:.4g} [{forecast['loss_ci'][0]:.4g}, " in forecasts, forecasts
+        assert f"α = {fit['tokens_law']['alpha']:.4g} [" in scaling.text
+        (checked,) = fit["held_out"]
+        held_out = _visible(browser, "#held-out-table").text
+        assert checked["label"] == HELD_OUT and checked["loss"] == summaries[HELD_OUT]["eval_loss"]
+        assert f"{HELD_OUT} 6e+09 {checked['loss']:.4g} {checked['forecast_loss']:.4g} {checked['relative_error']:.4g}" in held_out, held_out
 
         # The failure: which step, the error, its log tail, and the dependents skipped.
         failures = _visible(browser, "#failures")

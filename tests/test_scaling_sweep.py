@@ -2,7 +2,8 @@
 them, and adding a budget reruns only the new runs and the fit.
 
 Kept small for CI: one d16 candidate per budget, a handful of steps; the fit itself is
-tested on synthetic data (test_scaling_fit.py) and on the CPU suite (docs/delphi.md).
+tested on synthetic data (test_scaling_fit.py), on a tiny trained suite (test_report.py)
+and on the CPU suite (docs/delphi.md).
 """
 
 from __future__ import annotations
