@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from conftest import attempt_records, build_json, cli_env, keys, statuses
+from conftest import attempt_records, build_json, cli_env, keys, run_cli, statuses
 
 STEPS = '''
 import os, time
@@ -111,6 +112,19 @@ py_step(name = "imports", fn = "steps.py:needs_a_missing_package")
     import_error = data["by_label"]["//pkg:imports"]["reason"]
     assert "No module named 'a_package_no_worker_has'" in import_error
     assert "the cluster's nodes need the step's Python dependencies" in import_error
+
+
+def test_an_unreachable_cluster_is_a_clear_error_at_once(make_workspace) -> None:
+    """Ray itself would retry the address for minutes; nothing is built or recorded."""
+    ws = make_workspace({"pkg/BUILD.marin": BUILD, "pkg/steps.py": STEPS})
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+    rc, out, err = run_cli(ws, "build", *_ray(address, "//pkg:all"), timeout=60)
+    assert rc == 2, out + err
+    assert f"cannot connect to the Ray cluster at {address}" in err and "Connection refused" in err
+    assert "hint: start one with 'ray start --head'" in err
+    assert not (ws / "cache" / "attempts").exists()
 
 
 PSUM_RULE = '''

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 from conftest import run_cli, statuses
+from marinbuild.cluster.ray_host import LOCAL_DIR
+from marinbuild.store import layout, open_store
 from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build, _build_file, _workspace
 
 # Built on the cluster only: training as two JAX processes, one per (CPU) host, as on a
@@ -59,6 +61,9 @@ def test_the_tutorial_pipeline_on_ray_and_gcs_matches_a_local_build(tmp_path, fa
     model = ray_keys[f"{PKG}:model"]
     [record] = [json.loads(fs.cat(path)) for path in fs.find(f"{gcs_bucket}/mb/attempts/{model[:2]}/{model}") if path.endswith(".json")]
     assert record["status"] == "succeeded" and record["measured"]["tokens_per_s"] > 0
+    # Once published, no copy of its checkpoints is left: not on the host, not in the bucket.
+    assert not open_store(store, LOCAL_DIR / "stores").local_path(layout.scratch(model)).exists()
+    assert not fs.exists(f"{gcs_bucket}/mb/scratch/{model[:2]}/{model}")
 
     again = _build_on_ray(ray_ws, store, ray_cluster)
     assert set(statuses(again).values()) == {"cached"}

@@ -23,6 +23,7 @@ from marinbuild.actions.executor import Dependencies, Executor, WorkerLost
 from marinbuild.cluster.placement import Placement, placement
 from marinbuild.cluster.ray_host import StepHost, dependencies_to_json
 from marinbuild.errors import ClusterError
+from marinbuild.network import unreachable
 from marinbuild.store import Uploaded
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Target
@@ -42,6 +43,12 @@ class RayExecutor(Executor):
         self.workspace = workspace
         self.placement_timeout_s = placement_timeout_s
         env = {name: os.environ[name] for name in _FORWARDED_ENV if name in os.environ}
+        hint = "start one with 'ray start --head', or pass --ray-address HOST:PORT (or 'auto')"
+        # Ray retries an address that does not answer for minutes; "auto" and None are
+        # found (or started) on this machine.
+        problem = unreachable(address, "ray", 6379) if address not in (None, "auto", "local") else None
+        if problem is not None:
+            raise ClusterError(f"cannot connect to the Ray cluster at {address}: {problem}", hint=hint)
         try:
             ray.init(
                 address=address,
@@ -51,10 +58,7 @@ class RayExecutor(Executor):
                 configure_logging=False,
             )
         except (ConnectionError, RuntimeError, ValueError) as error:
-            raise ClusterError(
-                f"cannot connect to the Ray cluster at {address or 'a new local instance'}: {error}",
-                hint="start one with 'ray start --head', or pass --ray-address HOST:PORT (or 'auto')",
-            ) from None
+            raise ClusterError(f"cannot connect to the Ray cluster at {address or 'a new local instance'}: {error}", hint=hint) from None
         self._remote_host = ray.remote(StepHost)
         self._cancelled = threading.Event()
 

@@ -22,20 +22,19 @@ import base64
 import functools
 import json
 import os
-import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from marinbuild.errors import StoreError
+from marinbuild.network import unreachable
 from marinbuild.store.base import Lease, WaitingFn
 from marinbuild.store.lease_object import LeaseSettings, current_holder, held_lease
 from marinbuild.store.remote import RemoteStore, backend_errors
 
 _PUBLIC_ENDPOINT = "https://storage.googleapis.com"
-_CONNECT_TIMEOUT_S = 5.0
 _BOUNDARY = "marinbuild-part"
 
 
@@ -74,16 +73,12 @@ class GCSStore(RemoteStore):
         return gcsfs.GCSFileSystem(token="anon" if endpoint else None)
 
     def _check_reachable(self, endpoint: str) -> None:
-        """One TCP connect up front: gcsfs retries a refused connection for half a minute."""
-        parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        try:
-            socket.create_connection((parts.hostname, port), timeout=_CONNECT_TIMEOUT_S).close()
-        except OSError as error:
+        problem = unreachable(endpoint, "http", 80)
+        if problem is not None:
             raise StoreError(
-                f"store {self.url} is unreachable: cannot connect to {parts.hostname}:{port} ({error})",
+                f"store {self.url} is unreachable: {problem}",
                 hint="check the network (and STORAGE_EMULATOR_HOST if you use an emulator); nothing local was changed",
-            ) from None
+            )
 
     @functools.cached_property
     def root(self) -> str:
