@@ -1,10 +1,14 @@
-"""Declared resources -> Ray requests: CPUs, GPU hosts and TPU slices (hosts, chips, head)."""
+"""Declared resources -> Ray requests: CPUs, GPU hosts and TPU slices (hosts, chips, head),
+and where the processes of a multi-host step meet."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from helpers_workspace import assert_bad_input, build, new_workspace
 
+from marinbuild.cluster.distributed import rendezvous
 from marinbuild.cluster.placement import HostRequest, Placement, placement
 from marinbuild.targets.rule import Resources
 from marinbuild.targets.tpu import tpu_slice
@@ -88,3 +92,18 @@ def test_several_hosts_for_a_single_host_rule_is_a_load_error(tmp_path) -> None:
     )
     result = build(ws, "//pkg:x")
     assert_bad_input(result, ws, "pkg/BUILD.marin", 1, "genrule 'x': resources ask for 2 hosts, but genrule runs on one host")
+
+
+def test_two_v5p_64_slices_meet_through_jax_distributed_and_megascale() -> None:
+    two = placement(Resources.from_json({"accelerator": "v5p-64", "slices": 2}, Resources()))
+    ips = [f"10.0.{slice_}.{host}" for slice_ in range(two.slices) for host in range(two.hosts_per_slice)]
+    contexts = rendezvous(ips, 41000, two.hosts_per_slice)
+    assert [context["process_id"] for context in contexts] == list(range(16))
+    assert {context["coordinator"] for context in contexts} == {"10.0.0.0:41000"}
+    assert {context["num_processes"] for context in contexts} == {16}
+    # Hosts 0-7 are slice 0, 8-15 slice 1; all know the first host of slice 0.
+    assert [context["env"]["MEGASCALE_SLICE_ID"] for context in contexts] == ["0"] * 8 + ["1"] * 8
+    assert {context["env"]["MEGASCALE_COORDINATOR_ADDRESS"] for context in contexts} == {"10.0.0.0:8081"}
+    assert {context["env"]["MEGASCALE_NUM_SLICES"] for context in contexts} == {"2"}
+    # One slice (or several GPU hosts): JAX distributed alone.
+    assert {json.dumps(context["env"]) for context in rendezvous(ips[:8], 41000, 8)} == {"{}"}

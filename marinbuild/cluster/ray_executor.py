@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.actions.executor import Dependencies, Executor, WorkerLost
+from marinbuild.cluster.distributed import rendezvous
 from marinbuild.cluster.placement import Placement, placement
 from marinbuild.cluster.ray_host import StepHost, dependencies_to_json
 from marinbuild.errors import ClusterError
@@ -77,7 +78,7 @@ class RayExecutor(Executor):
         hosts, reservations = self._place(where)
         try:
             addresses = ray.get([host.address.remote() for host in hosts])
-            distributed = self._rendezvous(hosts, addresses) if len(hosts) > 1 else [None]
+            distributed = self._rendezvous(hosts, addresses, where) if len(hosts) > 1 else [None]
             request = {
                 "store": self.store_url,
                 "workspace": str(self.workspace),
@@ -149,12 +150,13 @@ class RayExecutor(Executor):
             _release(held)
             raise StepFailed(f"a worker for the step could not start on the Ray cluster: {_first_line(error)}") from None
 
-    def _rendezvous(self, hosts: list[Any], addresses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Where the hosts of a multi-host step meet: JAX distributed's coordinator on host 0."""
+    def _rendezvous(self, hosts: list[Any], addresses: list[dict[str, Any]], where: Placement) -> list[dict[str, Any]]:
+        """Where the hosts of a multi-host step meet: JAX distributed's coordinator on host 0
+        (and Megascale's, across slices)."""
         import ray
 
-        coordinator = f"{addresses[0]['ip']}:{ray.get(hosts[0].free_port.remote())}"
-        return [{"coordinator": coordinator, "num_processes": len(hosts), "process_id": rank} for rank in range(len(hosts))]
+        port = ray.get(hosts[0].free_port.remote())
+        return rendezvous([address["ip"] for address in addresses], port, where.hosts_per_slice)
 
     # -- following a running step --------------------------------------------------------
 

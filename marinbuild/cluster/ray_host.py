@@ -141,6 +141,8 @@ class StepHost:
                 progress_fn=self._report_progress,
                 measured=measured,
             )
+            if request["distributed"]:  # this actor's process runs this one step: its environment is the step's
+                os.environ.update(request["distributed"]["env"])
             with syncing(store, request["key"], "", None, mirror):
                 run_in_subprocess(request["impl"], context)
             uploaded = cache.upload(request["key"], context.out) if request["uploads"] else None
