@@ -127,6 +127,34 @@ def test_a_running_step_shows_its_log_and_an_interrupted_one_is_cancelled(make_w
     assert [r["status"] for r in attempt_records(ws / "cache", record.key)] == ["cancelled"]
 
 
+def test_the_attempt_of_a_killed_builder_reads_as_abandoned(make_workspace, tmp_path):
+    """SIGKILL leaves no chance to record the end: the record stays `running`, and readers
+    see it as abandoned once nobody holds the key; the next build runs the step again."""
+    hang = tmp_path / "hang"  # the step hangs while this exists (the same recipe both times)
+    hang.touch()
+    cmd = f"echo halfway; while [ -e {hang} ]; do sleep 0.1; done; echo done > $@"
+    ws = make_workspace({"pkg/BUILD.marin": f'genrule(name = "slow", outs = ["o.txt"], cmd = {cmd!r})\n'})
+    builder = _start_build(ws, "//pkg:slow")
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        while not [record for record in Session.open(ws, cwd=ws).attempts("//pkg:slow") if record.status is AttemptStatus.RUNNING]:
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.2)
+    finally:
+        os.killpg(builder.pid, signal.SIGKILL)
+        builder.wait(timeout=CLI_TIMEOUT_S)
+    [record] = Session.open(ws, cwd=ws).attempts("//pkg:slow")
+    assert record.status is AttemptStatus.ABANDONED
+    assert [r["status"] for r in attempt_records(ws / "cache", record.key)] == ["running"]  # as written
+    rc, out, err = run_cli(ws, "log", "--list", "//pkg:slow")
+    assert rc == 0 and "abandoned" in out and "running" not in out, out + err
+
+    hang.unlink()
+    rebuilt = build_json(ws, "//pkg:slow")
+    assert statuses(rebuilt) == {"//pkg:slow": "built"} and rebuilt["by_label"]["//pkg:slow"]["key"] == record.key
+    assert [r.status for r in Session.open(ws, cwd=ws).attempts("//pkg:slow")] == [AttemptStatus.ABANDONED, AttemptStatus.SUCCEEDED]
+
+
 def test_event_stream_to_a_file_and_the_store(make_workspace, tmp_path):
     ws = make_workspace({"pkg/BUILD.marin": BUILD})
     events_file = tmp_path / "events.jsonl"

@@ -73,9 +73,14 @@ def read_attempt(store: Store, key: str, attempt_id: str) -> AttemptRecord | Non
     if data is None:
         return None
     try:
-        return AttemptRecord.from_json(json.loads(data))
+        record = AttemptRecord.from_json(json.loads(data))
     except (ValueError, KeyError, TypeError):
         return None
+    # A builder records its attempt's end while it still holds the key's lease, so a
+    # record still `running` at a key nobody holds belongs to a builder that died.
+    if record.status is AttemptStatus.RUNNING and store.lease_holder(layout.lock(key)) is None:
+        return AttemptRecord.from_json({**record.record, "status": AttemptStatus.ABANDONED.value})
+    return record
 
 
 def _attempt_ids(store: Store, key: str) -> list[str]:

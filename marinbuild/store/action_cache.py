@@ -46,11 +46,14 @@ def new_attempt_id() -> str:
 class AttemptStatus(str, enum.Enum):
     """How an attempt ended. Only `succeeded` publishes; `query failed()` means `failed`."""
 
-    RUNNING = "running"  # not finished yet, or its builder died without saying
+    RUNNING = "running"  # not finished yet
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # the step itself failed
     CANCELLED = "cancelled"  # the build was interrupted while the step ran
     LEASE_LOST = "lease_lost"  # another builder took the key over; this one stopped
+    # Never written: how a reader sees a `running` record whose key no builder holds any
+    # more (its builder died without saying: killed, out of memory, machine lost).
+    ABANDONED = "abandoned"
 
 
 @dataclass(frozen=True)
