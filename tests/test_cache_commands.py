@@ -76,6 +76,9 @@ def test_gc_removes_exactly_the_dead_entries(make_workspace, store_url, tmp_path
     # Lock files stay: deleting one that a builder is about to lock would let two hold it.
     remaining = {layout.key_of(path) for path in store.list("") if not path.startswith("locks/")} - {None}
     assert not remaining & dead
+    # The label index points at attempts of live keys only.
+    indexed = {path.rsplit(".", 1)[-1] for path in store.list("labels")}
+    assert indexed and not indexed & dead and indexed <= live
     assert live <= remaining
     assert set(statuses(build_json(ws, "//pkg:all", "//pkg:kept", store=store_url)).values()) == {"cached"}
 

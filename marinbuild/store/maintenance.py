@@ -1,6 +1,7 @@
 """Looking after a store: re-verify entries, collect garbage, count what is there.
 
-Garbage collection works per key (its entry, outputs, attempts and scratch) and is
+Garbage collection works per key (its entry, outputs, attempts, scratch, and the label
+index's pointers to its attempts) and is
 conservative: a key is kept if the workspace's current recipes produce it, if it is
 pinned (`pins/<key>`), if an invocation younger than the grace period built or used
 it, or if its lease is held right now; otherwise it is swept once its newest activity
@@ -131,7 +132,17 @@ def collect_garbage(cache: ActionCache, live: set[str], grace_s: float, dry_run:
             store.delete(layout.entry(key))  # first: no entry ever points at missing files
             for area in (layout.output(key), layout.attempts(key), layout.scratch(key)):
                 store.delete(area)
+    if not dry_run:
+        _sweep_label_index(store, set(report.removed))
     return report
+
+
+def _sweep_label_index(store: Store, removed: set[str]) -> None:
+    """Drop the per-label index's pointers (`labels/<digest>/<attempt>.<key>`) to attempts
+    of removed keys: they would dangle."""
+    for path in store.list("labels"):
+        if path.rsplit(".", 1)[-1] in removed:
+            store.delete(path)
 
 
 def stats(store: Store) -> StoreStats:
