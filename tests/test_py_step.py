@@ -44,6 +44,22 @@ STEPS = """\
         os._exit(7)
 
 
+    def leaves_a_busy_thread(ctx):
+        import threading
+
+        import jax.numpy as jnp
+
+        def spin():  # still inside XLA when the step returns, like a data loader's prefetch
+            x = jnp.ones((256, 256))
+            while True:
+                x = ((x @ x) / 256.0).block_until_ready()
+
+        threading.Thread(target=spin, daemon=True).start()
+        (ctx.out / "result.txt").write_text("done\\n")
+        print("the last line of the step", file=sys.stderr)
+        ctx.log.info("the last log record of the step")
+
+
     def noisy(ctx):
         print("a line on stdout from the step")
         print("a line on stderr from the step", file=sys.stderr)
@@ -174,3 +190,14 @@ def test_a_step_may_print(make_workspace):
     assert output_text(result, P, "result.txt") == "noisy\n"
     [log] = attempt_logs(ws / "cache", result["by_label"][P]["key"])
     assert "a line on stderr from the step" in log.read_text()
+
+
+def test_threads_a_step_leaves_running_do_not_fail_it(make_workspace):
+    """Python's shutdown under a thread inside XLA aborts the process; the worker exits
+    without it once the step is done, keeping everything the step wrote and logged."""
+    ws = workspace(make_workspace, fn="steps.py:leaves_a_busy_thread")
+    result = build_json(ws, "//pkg:p", expect_rc=None)
+    assert statuses(result)[P] == "built", result["by_label"][P].get("reason")
+    [log] = attempt_logs(ws / "cache", result["by_label"][P]["key"])
+    text = log.read_text()
+    assert "the last line of the step" in text and "the last log record of the step" in text

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import signal
 import sys
@@ -72,5 +73,16 @@ def main() -> int:
     return 0
 
 
+def _exit(code: int) -> None:
+    """Exit without tearing the interpreter down. A step is done once its outputs are
+    written; threads it leaves behind (Levanter's data loader, XLA's) may still be inside
+    native code, and Python's shutdown under them aborts the process ("terminate called
+    after throwing..."), which would fail a step that succeeded."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())
