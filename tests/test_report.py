@@ -46,8 +46,6 @@ genrule(name = "after_broken", srcs = [":broken"], outs = ["y.txt"], cmd = "cat 
 # these sizes the widest model, given the fewest tokens, is far from trained, so each
 # budget's parabola is clearly convex (its middle run lies about 0.14 nats below the chord
 # of the other two); at 1e9 its minimum is inside the sweep, at 3e9 it is extrapolated.
-# Batches stay at 16 sequences or fewer (max_batch): with 32 or 64, most training processes
-# tried aborted at exit, after their summary ("FATAL: exception not rethrown").
 SCALING_SUITE = """
 load("//rules:scaling.star", "isoflop_sweep", "optimal_runs", "scaling_recipe")
 recipe = scaling_recipe(
