@@ -148,6 +148,8 @@ def test_the_attempt_of_a_killed_builder_reads_as_abandoned(make_workspace, tmp_
     assert [r["status"] for r in attempt_records(ws / "cache", record.key)] == ["running"]  # as written
     rc, out, err = run_cli(ws, "log", "--list", "//pkg:slow")
     assert rc == 0 and "abandoned" in out and "running" not in out, out + err
+    [item] = Session.open(ws, cwd=ws).history()
+    assert item.invocation.result == "abandoned"  # on the machine whose process table says so
 
     hang.unlink()
     rebuilt = build_json(ws, "//pkg:slow")

@@ -2,13 +2,16 @@
 
 An invocation record is written when a build starts (`result: running`, every target
 `pending`) and rewritten when it ends (`succeeded`, `failed`, `interrupted`), with every
-target's status, key and, for the steps that ran, the id of their attempt; a build
-killed outright stays `running`.
+target's status, key and, for the steps that ran, the id of their attempt. A build
+killed outright leaves its record `running`; read on the machine it ran on, whose
+process table says it is gone, it reads `abandoned`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -99,9 +102,26 @@ def read_invocation(store: Store, invocation_id: str) -> Invocation | None:
     if data is None:
         return None
     try:
-        return Invocation(invocation_id, json.loads(data))
+        record = json.loads(data)
     except ValueError:
         return None
+    if record.get("result") == "running" and _builder_gone(invocation_id, record):
+        record = {**record, "result": "abandoned"}
+    return Invocation(invocation_id, record)
+
+
+def _builder_gone(invocation_id: str, record: dict[str, Any]) -> bool:
+    """Whether the build's process is known to be dead: only its own machine can tell (the
+    id holds its process id)."""
+    if record.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(invocation_id.split("-")[1]), 0)
+    except ProcessLookupError:
+        return True
+    except (IndexError, ValueError, PermissionError):
+        return False
+    return False
 
 
 def invocations(store: Store) -> Iterator[Invocation]:
