@@ -372,6 +372,26 @@ def test_errors_inside_macros_point_at_the_build_call(tmp_path):
     assert_located(str(_load_error(tmp_path, files)), "p/BUILD.marin", 5, "genrule 'x': genrule needs at least one entry in 'outs'")
 
 
+MACROS = "def sweep(name, sizes):\n    for size in sizes:\n        one(name, size)\n\ndef one(name, size):\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "message", "called_at"),
+    [
+        ("    if size > 1:\n        fail('size %d is too big' % size)\n", 7, "fail: size 2 is too big", 5),
+        ("    x = name + size\n", 6, "Operation `+` not supported for types `string` and `int`", 3),
+    ],
+)
+def test_a_failure_inside_a_macro_names_the_build_call_that_ran_it(tmp_path, body, line, message, called_at):
+    files = {
+        "p/BUILD.marin": "load('//rules:m.star', 'sweep')\n\nsweep('a', [1])\n\nsweep('b', [1, 2])\n",
+        "rules/m.star": MACROS + body,
+    }
+    error = str(_load_error(tmp_path, files))
+    assert_located(error, "rules/m.star", line, message)
+    assert error.endswith(f"(in a macro called at p/BUILD.marin:{called_at})"), error
+
+
 def test_duplicate_target_through_a_macro(tmp_path):
     files = {
         "p/BUILD.marin": "load('//rules:m.star', 'm')\n\nm('x')\n\nm('x')\n",

@@ -105,8 +105,12 @@ def _starlark_error(error: sl.StarlarkError, source: str) -> LoadError:
         if line < 1:
             line, column, message = max(1, source.count("\n")), None, f"{message} (at end of file)"
         location = Location(pointer.group(1), line, column)
-    elif (frames := _FRAME.findall(text)) and frames[0][0] != _PRELUDE:
-        location = Location(frames[0][0], int(frames[0][1]) - 1)
+    frames = [(file, int(line) - 1) for file, line in _FRAME.findall(text) if file != _PRELUDE]
+    if location is None and frames:
+        location = Location(*frames[0])
+    elif location is not None and frames and frames[0][0] != location.file:
+        # Raised inside a macro of a .star file: say which call of the BUILD file ran it.
+        message = f"{message} (in a macro called at {frames[0][0]}:{frames[0][1]})"
     return LoadError(message, location=location)
 
 
