@@ -39,6 +39,7 @@ from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
 from marinbuild.hashing import StatCache, canonical_json
 from marinbuild.store import ActionCache, layout
 from marinbuild.store.local_cache import LocalCache
+from marinbuild.store.remote import RemoteStore
 from marinbuild.store.action_cache import ENTRY_FORMAT
 from marinbuild.packages.rule_modules import workspace_rules
 from marinbuild.query import QueryResult, Universe, run_query
@@ -152,7 +153,14 @@ class Session:
             return None
         from marinbuild.cluster.ray_executor import RayExecutor  # imports Ray: only when asked for
 
-        return RayExecutor(self.store_url, self.workspace.root, options.ray_address, options.ray_placement_timeout_s)
+        return RayExecutor(
+            self.store_url,
+            self.workspace.root,
+            options.ray_address,
+            options.ray_placement_timeout_s,
+            options.ray_shared_scratch,
+            isinstance(self.store, RemoteStore),
+        )
 
     def _record_invocation(
         self,

@@ -83,13 +83,22 @@ def test_unknown_setting_is_an_error(tmp_path, config_name):
         open_workspace(ws)
     config = ws.resolve() / config_name
     assert caught.value.message == f"{config}: unknown settings ['bogus', 'stroe']"
-    assert caught.value.hint == "known settings: ['executor', 'ignore', 'jobs', 'ray_address', 'rules', 'store']"
+    assert caught.value.hint == "known settings: ['executor', 'ignore', 'jobs', 'ray_address', 'ray_shared_scratch', 'rules', 'store']"
 
 
 def test_invalid_toml_is_an_error(tmp_path):
     ws = new_workspace(tmp_path / "ws", config="store = \n")
     with pytest.raises(WorkspaceError, match=r"marinbuild\.toml: invalid TOML: "):
         open_workspace(ws)
+
+
+@pytest.mark.parametrize("value", ['"relative/dir"', "1", '""'])
+def test_a_shared_scratch_is_an_absolute_path(tmp_path, value):
+    ws = new_workspace(tmp_path / "ws", config=f"ray_shared_scratch = {value}\n")
+    with pytest.raises(WorkspaceError, match=r"'ray_shared_scratch' must be an absolute path every node mounts"):
+        open_workspace(ws)
+    ws = new_workspace(tmp_path / "ok", config='ray_shared_scratch = "/mnt/shared"\n')
+    assert open_workspace(ws).ray_shared_scratch == "/mnt/shared"
 
 
 @pytest.mark.parametrize("value", ["0", "-2", '"4"', "1.5"])

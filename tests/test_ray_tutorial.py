@@ -27,8 +27,8 @@ train_lm(
 """
 
 
-def _build_on_ray(ws: Path, store: str, address: str, pattern: str = f"{PKG}:all") -> dict:
-    rc, out, err = run_cli(ws, "build", "--json", "--executor", "ray", "--ray-address", address, pattern, store=store, timeout=TRAIN_TIMEOUT_S)
+def _build_on_ray(ws: Path, store: str, address: str, pattern: str = f"{PKG}:all", *options: str) -> dict:
+    rc, out, err = run_cli(ws, "build", "--json", "--executor", "ray", "--ray-address", address, *options, pattern, store=store, timeout=TRAIN_TIMEOUT_S)
     assert rc == 0, f"exit {rc}\n{out}\n{err}"
     return json.loads(out)
 
@@ -68,12 +68,17 @@ def test_the_tutorial_pipeline_on_ray_and_gcs_matches_a_local_build(tmp_path, fa
     again = _build_on_ray(ray_ws, store, ray_cluster)
     assert set(statuses(again).values()) == {"cached"}
 
-    two = _build_on_ray(ray_ws, store, ray_cluster, f"{PKG}:model_on_2_hosts")
+    # Its hosts share a scratch directory as nodes would mount one (here: one machine's).
+    shared = tmp_path / "shared-scratch"
+    two = _build_on_ray(ray_ws, store, ray_cluster, f"{PKG}:model_on_2_hosts", "--ray-shared-scratch", str(shared))
     assert statuses(two)[f"{PKG}:model_on_2_hosts"] == "built"
     key = two["targets"][-1]["key"]
     (record,) = [json.loads(fs.cat(path)) for path in fs.find(f"{gcs_bucket}/mb/attempts/{key[:2]}/{key}") if path.endswith(".json")]
     log = fs.cat(f"{gcs_bucket}/mb/attempts/{key[:2]}/{key}/{record['attempt']}.log").decode()
     assert "[host 0] " in log and "[host 1] " in log
+    scratch = shared / open_store(store, LOCAL_DIR / "stores").local_path("").name / layout.scratch(key)
+    assert f"checkpoints in {scratch}" in log
+    assert not scratch.exists()  # published: the shared checkpoints are gone too
     entry = _entry(lambda path: fs.cat(f"{gcs_bucket}/mb/{path}"), key)
     metrics = fs.cat(f"{gcs_bucket}/mb/out/{key[:2]}/{key}/metrics.jsonl").decode().splitlines()
     steps = [json.loads(line)["step"] for line in metrics]

@@ -56,6 +56,7 @@ class BuildOptions:
     executor: str = "local"  # or "ray": see marinbuild/cluster/ray_executor.py
     ray_address: str | None = None
     ray_placement_timeout_s: float = 600.0
+    ray_shared_scratch: str | None = None  # a directory every node mounts, for multi-host scratch
 
 
 def machine_capacity() -> Resources:

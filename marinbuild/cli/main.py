@@ -132,6 +132,10 @@ def _is_subtraction(arg: str) -> bool:
     "--ray-placement-timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
     help="Fail a step the Ray cluster cannot place within this time.",
 )
+@click.option(
+    "--ray-shared-scratch", metavar="DIR",
+    help="A directory every Ray node mounts (NFS, Filestore): the scratch space of steps on several hosts (default: the setting).",
+)
 @click.option("--explain", "explain", is_flag=True, help="Say why each step runs: what changed since its nearest earlier output.")
 @click.option("--strict-code", is_flag=True, help="Make each rule's source part of its steps' keys (default: its version).")
 @click.option("--events", type=click.Path(dir_okay=False, path_type=Path), help="Also append the build's event stream (JSON lines) to this file.")
@@ -147,6 +151,7 @@ def build(
     executor: str | None,
     ray_address: str | None,
     ray_placement_timeout: float,
+    ray_shared_scratch: str | None,
     explain: bool,
     strict_code: bool,
     events: Path | None,
@@ -161,6 +166,7 @@ def build(
         executor=executor,
         ray_address=ray_address or session.workspace.ray_address,
         ray_placement_timeout_s=ray_placement_timeout,
+        ray_shared_scratch=ray_shared_scratch or session.workspace.ray_shared_scratch,
         strict_code=strict_code,
         explain=explain,
     )

@@ -37,12 +37,25 @@ _FORWARDED_ENV = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "MA
 class RayExecutor(Executor):
     runs_here = False
 
-    def __init__(self, store_url: str, workspace: Path, address: str | None, placement_timeout_s: float):
+    def __init__(
+        self,
+        store_url: str,
+        workspace: Path,
+        address: str | None,
+        placement_timeout_s: float,
+        shared_scratch: str | None = None,
+        remote_store: bool = True,
+    ):
         import ray
 
         self.store_url = store_url
         self.workspace = workspace
         self.placement_timeout_s = placement_timeout_s
+        # A remote store's scratch is a directory of each host; the hosts of one step must
+        # share it (Levanter's checkpoints are written by every host), so a step on several
+        # machines needs a directory they all mount. A local store's is the store's own.
+        self.shared_scratch = shared_scratch
+        self.remote_store = remote_store
         env = {name: os.environ[name] for name in _FORWARDED_ENV if name in os.environ}
         hint = "start one with 'ray start --head', or pass --ray-address HOST:PORT (or 'auto')"
         # Ray retries an address that does not answer for minutes; "auto" and None are
@@ -78,6 +91,14 @@ class RayExecutor(Executor):
         hosts, reservations = self._place(where)
         try:
             addresses = ray.get([host.address.remote() for host in hosts])
+            resumable = context.scratch is not None
+            machines = {address["ip"] for address in addresses}
+            if resumable and self.remote_store and len(machines) > 1 and self.shared_scratch is None:
+                raise StepFailed(
+                    f"the step runs on {len(machines)} machines, whose scratch space (checkpoints) must be one "
+                    "directory they all write: pass --ray-shared-scratch DIR (or set ray_shared_scratch), "
+                    "a directory every node mounts (NFS, Filestore)"
+                )
             distributed = self._rendezvous(hosts, addresses, where) if len(hosts) > 1 else [None]
             request = {
                 "store": self.store_url,
@@ -86,7 +107,8 @@ class RayExecutor(Executor):
                 "label": context.label,
                 "key": context.key,
                 "attrs": context.attrs,
-                "resumable": context.scratch is not None,
+                "resumable": resumable,
+                "shared_scratch": self.shared_scratch if self.remote_store and len(hosts) > 1 else None,
                 "reads_urls": target.rule.reads_urls,
                 "dependencies": dependencies_to_json(dict(dependencies)),
             }

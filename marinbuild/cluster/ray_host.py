@@ -21,7 +21,7 @@ from typing import Any
 from marinbuild.actions.executor import WorkerLost, input_files, run_in_subprocess
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
-from marinbuild.store import ActionCache, Outputs, layout, open_store
+from marinbuild.store import ActionCache, Outputs, Store, layout, open_store
 from marinbuild.store.action_cache import new_attempt_id
 from marinbuild.store.live_sync import ScratchMirror, syncing
 from marinbuild.store.local_cache import LocalCache
@@ -120,7 +120,7 @@ class StepHost:
                 self._log.touch()
             scratch = mirror = None
             if request["resumable"]:
-                scratch = store.local_path(layout.scratch(request["key"]))
+                scratch = _scratch_dir(store, request["key"], request["shared_scratch"])
                 scratch.mkdir(parents=True, exist_ok=True)
                 if isinstance(store, RemoteStore):
                     self._scratch_copy = scratch
@@ -163,6 +163,16 @@ class StepHost:
     def _report_progress(self, done: float, total: float | None, unit: str) -> None:
         with self._lock:
             self._progress = [done, total, unit]
+
+
+def _scratch_dir(store: Store, key: str, shared: str | None) -> Path:
+    """Where this host keeps the key's scratch: its own space, or for a step on several
+    hosts of a remote store, the directory they all mount, under the name this store's
+    space has (two stores' runs of one key never meet)."""
+    own = store.local_path(layout.scratch(key))
+    if shared is None:
+        return own
+    return Path(shared) / store.local_path("").name / layout.scratch(key)
 
 
 def _unsent(log: Path | None, offset: int) -> bool:

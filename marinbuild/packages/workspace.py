@@ -14,7 +14,7 @@ from pathlib import Path
 from marinbuild.errors import WorkspaceError
 
 BUILD_FILE = "BUILD.marin"
-_KNOWN_SETTINGS = {"store", "jobs", "rules", "ignore", "executor", "ray_address"}
+_KNOWN_SETTINGS = {"store", "jobs", "rules", "ignore", "executor", "ray_address", "ray_shared_scratch"}
 EXECUTORS = ("local", "ray")
 # Never packages: VCS data, virtual environments, caches. The store is added at runtime.
 _ALWAYS_IGNORED = {".git", ".hg", "node_modules", "__pycache__", ".venv", "venv", ".marinbuild"}
@@ -30,6 +30,7 @@ class Workspace:
     ignore: tuple[str, ...] = ()
     executor: str = "local"
     ray_address: str | None = None
+    ray_shared_scratch: str | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -116,10 +117,14 @@ def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
     ray_address = settings.get("ray_address")
     if ray_address is not None and not isinstance(ray_address, str):
         raise WorkspaceError(f"{config_file}: 'ray_address' must be a string (HOST:PORT, 'auto' or 'local'), got {ray_address!r}")
+    shared_scratch = settings.get("ray_shared_scratch")
+    if shared_scratch is not None and not (isinstance(shared_scratch, str) and shared_scratch.startswith("/")):
+        raise WorkspaceError(f"{config_file}: 'ray_shared_scratch' must be an absolute path every node mounts, got {shared_scratch!r}")
     return Workspace(
         root=root,
         executor=executor,
         ray_address=ray_address,
+        ray_shared_scratch=shared_scratch,
         config_file=config_file,
         store=store,
         jobs=jobs,
