@@ -119,6 +119,21 @@ def test_dry_run_on_a_fresh_workspace_writes_nothing(make_workspace):
     assert store_files(ws / "cache") == {}, "a dry run must not write to the store"
 
 
+def test_dry_run_lists_what_waits_dependencies_first(make_workspace):
+    ws = make_workspace({"pkg/BUILD.marin": """\
+        genrule(name = "a", outs = ["a.txt"], cmd = "echo a > $@")
+        genrule(name = "b", srcs = [":a"], outs = ["b.txt"], cmd = "cat $< > $@")
+        genrule(name = "c", srcs = [":a", ":b"], outs = ["c.txt"], cmd = "cat $(SRCS) > $@")
+        """})
+    rc, out, err = run_cli(ws, "build", "--dry-run", "//pkg:c")
+    assert rc == 0, err
+    expected = [("//pkg:a", "would-run"), ("//pkg:b", "pending"), ("//pkg:c", "pending")]
+    assert [(label, status) for label, (status, _) in _dry_lines(out).items()] == expected
+    # The progress lines too, as the targets are decided.
+    progress = [line.split()[1:3] for line in err.splitlines() if line.startswith("[")]
+    assert [(label.rstrip(":"), status) for status, label in progress] == expected, err
+
+
 def test_dry_run_says_what_would_run_and_why_and_writes_nothing(make_workspace):
     ws = make_workspace(chain_files())
     build_json(ws, "//pkg:all")

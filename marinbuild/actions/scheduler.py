@@ -12,6 +12,7 @@ rule, and publishes. A failure skips everything downstream of it; without
 from __future__ import annotations
 
 import dataclasses
+import functools
 import getpass
 import os
 import platform
@@ -305,14 +306,20 @@ class Scheduler:
                 self._ready.append(dependent)
 
     def _downstream(self, label: str) -> list[str]:
-        seen: dict[str, None] = {}
+        """The targets that depend on `label` and have no result yet, dependencies first (as
+        a dry run or a failure lists them)."""
+        seen: set[str] = set()
         stack = list(self._dependents[label])
         while stack:
             current = stack.pop()
             if current not in seen and current not in self.result.results:
-                seen[current] = None
+                seen.add(current)
                 stack.extend(self._dependents[current])
-        return list(seen)
+        return sorted(seen, key=self._position.__getitem__)
+
+    @functools.cached_property
+    def _position(self) -> dict[str, int]:
+        return {label: index for index, label in enumerate(self.graph.order)}
 
     def _record(self, result: TargetResult) -> None:
         target = self.graph.targets[result.label]
