@@ -6,7 +6,7 @@ cache (three widths at two budgets), a held-out run, and fit_scaling_law over th
 it opens the report in headless Chromium (Debian's chromium and chromium-driver, driven
 by selenium) and checks what a reader sees: the graph, the runs table and loss curves of
 every run, the fit's plots and numbers as fit.json has them, and the failure with its log.
-A screenshot is saved under the test's tmp_path. The status test needs no browser: it
+A screenshot is saved as a test artifact, test-artifacts/report.png in the checkout. The status test needs no browser: it
 reads the report's steps table.
 """
 
@@ -35,6 +35,7 @@ from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build_file, _output
 from test_scaling_sweep import _workspace
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # apt: chromium chromium-driver
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"  # git-ignored; CI keeps what is there
 
 EXTRA_TARGETS = """
 genrule(name = "broken", outs = ["x.txt"], cmd = "echo loading shards; echo 'CUDA out of memory (on purpose)' >&2; exit 3")
@@ -170,8 +171,9 @@ def test_report_in_a_browser(tmp_path: Path) -> None:
         assert "CUDA out of memory (on purpose)" in _visible(browser, "#failures pre.log").text
         assert f"{PKG}:after_broken: dependency {PKG}:broken failed" in _visible(browser, "#failures ul.skipped").text
         browser.execute_script("window.scrollTo(0, 0)")
-        screenshot = tmp_path / "report.png"
-        browser.save_screenshot(str(screenshot))
+        ARTIFACTS.mkdir(exist_ok=True)
+        screenshot = ARTIFACTS / "report.png"
+        assert browser.save_screenshot(str(screenshot)) and screenshot.stat().st_size > 10_000
         print(f"report screenshot: {screenshot}")
 
         # The failed step's page, reached from its box in the graph: the attempt and its log.
