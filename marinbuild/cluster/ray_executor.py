@@ -43,8 +43,8 @@ class RayExecutor(Executor):
         workspace: Path,
         address: str | None,
         placement_timeout_s: float,
-        shared_scratch: str | None = None,
-        remote_store: bool = True,
+        shared_scratch: str | None,
+        remote_store: bool,
     ):
         import ray
 

@@ -169,9 +169,8 @@ def _scratch_dir(store: Store, key: str, shared: str | None) -> Path:
     """Where this host keeps the key's scratch: its own space, or for a step on several
     hosts of a remote store, the directory they all mount, under the name this store's
     space has (two stores' runs of one key never meet)."""
-    own = store.local_path(layout.scratch(key))
     if shared is None:
-        return own
+        return store.local_path(layout.scratch(key))
     return Path(shared) / store.local_path("").name / layout.scratch(key)
 
 
