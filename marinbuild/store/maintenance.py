@@ -132,7 +132,7 @@ def collect_garbage(cache: ActionCache, live: set[str], grace_s: float, dry_run:
             store.delete(layout.entry(key))  # first: no entry ever points at missing files
             for area in (layout.output(key), layout.attempts(key), layout.scratch(key)):
                 store.delete(area)
-    if not dry_run:
+    if report.removed and not dry_run:
         _sweep_label_index(store, set(report.removed))
     return report
 
