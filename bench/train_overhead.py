@@ -45,7 +45,7 @@ from pathlib import Path
 from rules import levanter_lm  # first: it keeps Hugging Face and wandb offline
 from levanter.main import train_lm
 attrs, tokens, scratch, tmp = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
-sets, tokenizer = levanter_lm.tokenized_sets({attrs["data"]: tokens})
+sets, tokenizer = levanter_lm.tokenized_sets({attrs["data"]: str(tokens)}, tmp)
 train_lm.main(levanter_lm.train_config(attrs, sets, tokenizer, scratch, tmp))
 """
 
