@@ -329,15 +329,13 @@ def train(
     config = train_config(attrs, sets, tokenizer, scratch, tmp, distributed)
     checkpoints, exports = scratch / "checkpoints", scratch / "hf"
     last = f"step-{attrs['trainer']['steps'] - 1}"
-    finished = (exports / last).is_dir()
-    if not finished and jax.process_index() == 0:
-        # A final checkpoint without its HF export (the run was killed in between) cannot
-        # be resumed from: Levanter refuses a run with no steps left. Redo the last stretch.
-        shutil.rmtree(checkpoints / last, ignore_errors=True)
+    metrics = scratch / "metrics.jsonl"
+    if jax.process_index() == 0:
+        _drop_unlogged_checkpoints(checkpoints, exports / last, metrics)
     if distributed:
         multihost_utils.sync_global_devices("marinbuild: scratch ready")
+    finished = (exports / last).is_dir()
     resumed_from = _keep_metrics_until_checkpoint(checkpoints, _metrics_file(scratch, tmp))
-    metrics = scratch / "metrics.jsonl"
     if not finished:
         levanter_train_lm.main(config)
     if not _wait_for_checkpoint(checkpoints / last / "metadata.json", _FINAL_CHECKPOINT_WAIT_S):
@@ -384,6 +382,24 @@ def _wait_for_checkpoint(metadata: Path, timeout_s: float) -> bool:
             return False
         time.sleep(0.2)
     return True
+
+
+def _drop_unlogged_checkpoints(checkpoints: Path, final_export: Path, metrics: Path) -> None:
+    """Delete the checkpoints (and the final HF export) of steps whose metrics line was not
+    written: a killed attempt may save a step's checkpoint before it logs the rest of that
+    step (a metrics line is written once the next step starts). Resuming from such a
+    checkpoint would leave the step without its line, and the output would differ from an
+    uninterrupted run's; resuming from an earlier one trains the step again, identically.
+    (A final checkpoint without its export cannot be resumed from either: Levanter refuses
+    a run with no steps left.)"""
+    logged = {row["step"] for row in read_metrics(metrics)}
+    final = int(final_export.name.removeprefix("step-"))
+    if final not in logged or not final_export.is_dir():
+        shutil.rmtree(final_export, ignore_errors=True)
+        shutil.rmtree(checkpoints / final_export.name, ignore_errors=True)
+    for checkpoint in checkpoints.glob("step-*"):
+        if int(checkpoint.name.removeprefix("step-")) not in logged:
+            shutil.rmtree(checkpoint, ignore_errors=True)
 
 
 def _keep_metrics_until_checkpoint(checkpoints: Path, metrics: Path) -> int | None:
