@@ -124,9 +124,9 @@ class StepHost:
                 scratch.mkdir(parents=True, exist_ok=True)
                 if isinstance(store, RemoteStore):
                     self._scratch_copy = scratch
-                if isinstance(store, RemoteStore) and request["uploads"]:  # the first host keeps the store's copy
-                    mirror = ScratchMirror(store, request["key"], scratch)
-                    mirror.restore()
+                    if request["uploads"]:  # the first host keeps the store's copy
+                        mirror = ScratchMirror(store, request["key"], scratch)
+                        mirror.restore()
             context = Context(
                 label=request["label"],
                 key=request["key"],
