@@ -30,15 +30,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--targets", type=int, default=DEFAULT_TARGETS, help="default: %(default)s")
     parser.add_argument("--packages", type=int, default=DEFAULT_PACKAGES, help="default: %(default)s")
     parser.add_argument("--seed", type=int, default=gen.DEFAULT_SEED, help="default: %(default)s")
-    parser.add_argument("--jobs", type=int, default=2,
-                        help="marinbuild --jobs and Snakemake --cores (DVC is serial)")
+    parser.add_argument("--jobs", type=int, default=2, help="marinbuild --jobs and Snakemake --cores (DVC is serial)")
     parser.add_argument("--skip-dvc", action="store_true")
     parser.add_argument("--skip-snakemake", action="store_true")
-    parser.add_argument("--skip-marinbuild", action="store_true",
-                        help="measure only the peers (e.g. before the engine exists)")
-    parser.add_argument("--workdir", type=Path,
-                        help="generate and build in this new or empty dir and keep it "
-                             "(default: a temp dir, removed afterwards)")
+    parser.add_argument(
+        "--skip-marinbuild", action="store_true", help="measure only the peers (e.g. before the engine exists)"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="generate and build in this new or empty dir and keep it (default: a temp dir, removed afterwards)",
+    )
     parser.add_argument("--json-out", type=Path, help="also write results as JSON here")
     args = parser.parse_args(argv)
     if not 1 <= args.packages <= args.targets:
@@ -52,9 +54,12 @@ def cold_marinbuild(marinbuild: str, root: Path, dag: Sequence[gen.Target], jobs
     run, report = benchlib.marinbuild_build(marinbuild, workspace, jobs)
     benchlib.check_counts(report, len(dag), built=len(dag))
     labels = {f"//{t.package_dir}:{t.name}": t.out_path for t in dag}
-    return {"version": benchlib.tool_version([marinbuild, "--version"]),
-            "command": f"marinbuild build //... --jobs {jobs}", "cold_s": run.seconds,
-            "outputs_sha256": benchlib.outputs_digest(benchlib.marinbuild_output_files(report, labels))}
+    return {
+        "version": benchlib.tool_version([marinbuild, "--version"]),
+        "command": f"marinbuild build //... --jobs {jobs}",
+        "cold_s": run.seconds,
+        "outputs_sha256": benchlib.outputs_digest(benchlib.marinbuild_output_files(report, labels)),
+    }
 
 
 def cold_snakemake(snakemake: Path, root: Path, dag: Sequence[gen.Target], jobs: int) -> dict:
@@ -62,9 +67,12 @@ def cold_snakemake(snakemake: Path, root: Path, dag: Sequence[gen.Target], jobs:
     gen.write_snakemake(dag, workdir)
     run = benchlib.snakemake_build(snakemake, workdir, jobs)
     outputs = benchlib.existing_outputs(workdir, [t.out_path for t in dag])
-    return {"version": benchlib.tool_version([snakemake, "--version"]),
-            "command": f"snakemake --cores {jobs} --quiet {' '.join(benchlib.SNAKEMAKE_FAST)}",
-            "cold_s": run.seconds, "outputs_sha256": benchlib.outputs_digest(outputs)}
+    return {
+        "version": benchlib.tool_version([snakemake, "--version"]),
+        "command": f"snakemake --cores {jobs} --quiet {' '.join(benchlib.SNAKEMAKE_FAST)}",
+        "cold_s": run.seconds,
+        "outputs_sha256": benchlib.outputs_digest(outputs),
+    }
 
 
 def cold_dvc(dvc: Path, root: Path, dag: Sequence[gen.Target]) -> dict:
@@ -73,9 +81,12 @@ def cold_dvc(dvc: Path, root: Path, dag: Sequence[gen.Target]) -> dict:
     benchlib.dvc_init(dvc, repo)
     run = benchlib.dvc_repro(dvc, repo)
     outputs = benchlib.existing_outputs(repo, [t.out_path for t in dag])
-    return {"version": benchlib.tool_version([dvc, "--version"]),
-            "command": " ".join(("dvc", *benchlib.DVC_REPRO)) + " (serial)",
-            "cold_s": run.seconds, "outputs_sha256": benchlib.outputs_digest(outputs)}
+    return {
+        "version": benchlib.tool_version([dvc, "--version"]),
+        "command": " ".join(("dvc", *benchlib.DVC_REPRO)) + " (serial)",
+        "cold_s": run.seconds,
+        "outputs_sha256": benchlib.outputs_digest(outputs),
+    }
 
 
 def planned_tools(args: argparse.Namespace) -> dict[str, Callable[[Path, Sequence[gen.Target]], dict]]:
@@ -113,9 +124,14 @@ def print_report(results: dict) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     dag = gen.generate_dag(args.targets, args.packages, args.seed)
-    results: dict = {"benchmark": "action_overhead", "config": benchlib.jsonable(vars(args)),
-                     "host": benchlib.host_info(), "targets": len(dag),
-                     "edges": sum(len(t.deps) for t in dag), "tools": {}}
+    results: dict = {
+        "benchmark": "action_overhead",
+        "config": benchlib.jsonable(vars(args)),
+        "host": benchlib.host_info(),
+        "targets": len(dag),
+        "edges": sum(len(t.deps) for t in dag),
+        "tools": {},
+    }
     try:
         tools = planned_tools(args)
         with benchlib.work_dir(args.workdir) as root:

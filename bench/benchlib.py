@@ -62,9 +62,11 @@ def find_peer(name: str) -> Path | None:
     path = peers_venv() / "bin" / name
     if os.access(path, os.X_OK):
         return path
-    log(f"SKIPPING {name}: {path} not found. Install it with: "
+    log(
+        f"SKIPPING {name}: {path} not found. Install it with: "
         f"python3 -m venv {peers_venv()} && {peers_venv()}/bin/pip install dvc snakemake "
-        f"(or point ${PEERS_VENV_VAR} at a venv that has it)")
+        f"(or point ${PEERS_VENV_VAR} at a venv that has it)"
+    )
     return None
 
 
@@ -126,6 +128,7 @@ def work_dir(path: Path | None) -> Iterator[Path]:
 
 # --- marinbuild -------------------------------------------------------------
 
+
 def parse_trailing_json(text: str) -> dict:
     """The JSON object printed last by ``marinbuild --json``.
 
@@ -144,8 +147,7 @@ def parse_trailing_json(text: str) -> dict:
 
 def marinbuild_build(marinbuild: str, workspace: Path, jobs: int) -> tuple[Run, dict]:
     """``marinbuild build //...`` on ``workspace``; returns the run and its report."""
-    cmd: list[str | Path] = [marinbuild, "--workspace", workspace, "build", "//...",
-                             "--jobs", str(jobs), "--json"]
+    cmd: list[str | Path] = [marinbuild, "--workspace", workspace, "build", "//...", "--jobs", str(jobs), "--json"]
     run = run_timed(cmd, cwd=workspace)
     return run, parse_trailing_json(run.stdout)
 
@@ -160,6 +162,7 @@ def check_counts(report: dict, targets: int, *, built: int) -> None:
 
 
 # --- DVC --------------------------------------------------------------------
+
 
 def dvc_init(dvc: Path, repo: Path) -> None:
     """Initialise a DVC repo without git (git would only add .gitignore churn)."""
@@ -189,11 +192,13 @@ def dvc_status(dvc: Path, repo: Path) -> Run:
 
 # --- Snakemake --------------------------------------------------------------
 
+
 def snakemake_build(snakemake: Path, workdir: Path, cores: int) -> Run:
     return run_timed([snakemake, "--cores", str(cores), "--quiet", *SNAKEMAKE_FAST], cwd=workdir)
 
 
 # --- checks and reporting -----------------------------------------------------
+
 
 def existing_outputs(root: Path, paths: Sequence[str]) -> dict[str, Path]:
     """Peers report success loosely: map each expected output, insisting it exists."""
@@ -243,8 +248,7 @@ def jsonable(options: dict[str, object]) -> dict[str, object]:
 
 
 def host_info() -> dict[str, str | int | None]:
-    return {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus": os.cpu_count()}
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
@@ -252,8 +256,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     cells = [list(map(str, headers))] + [[_cell(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):
-        padded = [c.ljust(w) if i == 0 else c.rjust(w)
-                  for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        padded = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         print("  ".join(padded))
         if n == 0:
             print("  ".join("-" * w for w in widths))

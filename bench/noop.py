@@ -36,18 +36,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--targets", type=int, default=gen.DEFAULT_TARGETS, help="default: %(default)s")
     parser.add_argument("--packages", type=int, default=gen.DEFAULT_PACKAGES, help="default: %(default)s")
     parser.add_argument("--seed", type=int, default=gen.DEFAULT_SEED, help="default: %(default)s")
-    parser.add_argument("--repeat", type=int, default=5,
-                        help="timed no-op builds per tool (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed no-op builds per tool (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="marinbuild --jobs (default: %(default)s)")
     parser.add_argument("--skip-dvc", action="store_true")
-    parser.add_argument("--skip-marinbuild", action="store_true",
-                        help="measure only the peer (e.g. before the engine exists)")
-    parser.add_argument("--dvc-targets", type=int,
-                        help="build the DVC peer on a smaller DAG of this many targets "
-                             "(default: same as --targets)")
-    parser.add_argument("--workdir", type=Path,
-                        help="generate and build in this new or empty dir and keep it "
-                             "(default: a temp dir, removed afterwards)")
+    parser.add_argument(
+        "--skip-marinbuild", action="store_true", help="measure only the peer (e.g. before the engine exists)"
+    )
+    parser.add_argument(
+        "--dvc-targets",
+        type=int,
+        help="build the DVC peer on a smaller DAG of this many targets (default: same as --targets)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="generate and build in this new or empty dir and keep it (default: a temp dir, removed afterwards)",
+    )
     parser.add_argument("--json-out", type=Path, help="also write results as JSON here")
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -77,8 +81,12 @@ def measure_marinbuild(marinbuild: str, root: Path, args: argparse.Namespace) ->
         benchlib.check_counts(report, args.targets, built=0)
         benchlib.log(f"marinbuild: no-op {i + 1}/{args.repeat}: {run.seconds:.3f} s")
         noop.append(run.seconds)
-    return {"version": benchlib.tool_version([marinbuild, "--version"]), "targets": args.targets,
-            "cold_s": cold.seconds, "noop_s": benchlib.summarize(noop)}
+    return {
+        "version": benchlib.tool_version([marinbuild, "--version"]),
+        "targets": args.targets,
+        "cold_s": cold.seconds,
+        "noop_s": benchlib.summarize(noop),
+    }
 
 
 def measure_dvc(dvc: Path, root: Path, args: argparse.Namespace) -> dict:
@@ -88,19 +96,25 @@ def measure_dvc(dvc: Path, root: Path, args: argparse.Namespace) -> dict:
     repo = root / "dvc"
     gen.write_dvc(gen.generate_dag(targets, packages, args.seed), repo)
     benchlib.dvc_init(dvc, repo)
-    benchlib.log(f"dvc: cold repro of {targets} stages in {packages} dvc.yaml files, serial "
-                 f"(expect {targets * benchlib.DVC_COLD_S_PER_STAGE / 60:.0f}+ min)")
+    benchlib.log(
+        f"dvc: cold repro of {targets} stages in {packages} dvc.yaml files, serial "
+        f"(expect {targets * benchlib.DVC_COLD_S_PER_STAGE / 60:.0f}+ min)"
+    )
     cold = benchlib.dvc_repro(dvc, repo)
     benchlib.log(f"dvc: cold repro took {cold.seconds:.1f} s")
     repro, status = [], []
     for i in range(args.repeat):
         repro.append(benchlib.dvc_repro_noop(dvc, repo).seconds)
         status.append(benchlib.dvc_status(dvc, repo).seconds)
-        benchlib.log(f"dvc: no-op {i + 1}/{args.repeat}: repro {repro[-1]:.2f} s, "
-                     f"status {status[-1]:.2f} s")
-    return {"version": benchlib.tool_version([dvc, "--version"]), "targets": targets,
-            "packages": packages, "cold_s": cold.seconds,
-            "repro_noop_s": benchlib.summarize(repro), "status_noop_s": benchlib.summarize(status)}
+        benchlib.log(f"dvc: no-op {i + 1}/{args.repeat}: repro {repro[-1]:.2f} s, status {status[-1]:.2f} s")
+    return {
+        "version": benchlib.tool_version([dvc, "--version"]),
+        "targets": targets,
+        "packages": packages,
+        "cold_s": cold.seconds,
+        "repro_noop_s": benchlib.summarize(repro),
+        "status_noop_s": benchlib.summarize(status),
+    }
 
 
 def per_target(total: float, targets: int) -> float:
@@ -114,8 +128,7 @@ def ratios(results: dict) -> dict[str, float]:
         return {}
     mb_noop = per_target(mb["noop_s"]["median"], mb["targets"])
     return {
-        f"marinbuild_noop/dvc_{kind}_noop":
-            mb_noop / per_target(dvc[f"{kind}_noop_s"]["median"], dvc["targets"])
+        f"marinbuild_noop/dvc_{kind}_noop": mb_noop / per_target(dvc[f"{kind}_noop_s"]["median"], dvc["targets"])
         for kind in ("repro", "status")
     }
 
@@ -127,29 +140,28 @@ def print_report(results: dict) -> None:
     if dvc := results.get("dvc"):
         rows.append(_row("dvc repro -P", dvc["targets"], dvc["cold_s"], dvc["repro_noop_s"]))
         rows.append(_row("dvc status", dvc["targets"], None, dvc["status_noop_s"]))
-    benchlib.print_table(
-        ["tool", "targets", "cold s", "no-op median s", "no-op min s", "no-op ms/target"], rows)
+    benchlib.print_table(["tool", "targets", "cold s", "no-op median s", "no-op min s", "no-op ms/target"], rows)
     for name, value in results["ratios"].items():
         print(f"{name} (median, per target): {value:.3g}")
     if mb and dvc and mb["targets"] != dvc["targets"]:
-        print(f"NOTE: DVC ran on a {dvc['targets']}-target DAG, marinbuild on "
-              f"{mb['targets']}; ratios compare no-op time PER TARGET. Linear estimate "
-              f"of a full-size dvc repro no-op: "
-              f"{dvc['repro_noop_s']['median'] * mb['targets'] / dvc['targets']:.1f} s "
-              f"(rough: DVC's start-up cost inflates per-target figures of small DAGs, "
-              f"and its per-stage cost grows in big ones).")
+        print(
+            f"NOTE: DVC ran on a {dvc['targets']}-target DAG, marinbuild on "
+            f"{mb['targets']}; ratios compare no-op time PER TARGET. Linear estimate "
+            f"of a full-size dvc repro no-op: "
+            f"{dvc['repro_noop_s']['median'] * mb['targets'] / dvc['targets']:.1f} s "
+            f"(rough: DVC's start-up cost inflates per-target figures of small DAGs, "
+            f"and its per-stage cost grows in big ones)."
+        )
 
 
 def _row(tool: str, targets: int, cold: float | None, noop: dict) -> list[object]:
-    return [tool, targets, cold, noop["median"], noop["min"],
-            1000 * per_target(noop["median"], targets)]
+    return [tool, targets, cold, noop["median"], noop["min"], 1000 * per_target(noop["median"], targets)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     dvc = None if args.skip_dvc else benchlib.find_peer("dvc")
-    results: dict = {"benchmark": "noop", "config": benchlib.jsonable(vars(args)),
-                     "host": benchlib.host_info()}
+    results: dict = {"benchmark": "noop", "config": benchlib.jsonable(vars(args)), "host": benchlib.host_info()}
     try:
         marinbuild = None if args.skip_marinbuild else benchlib.find_marinbuild()
         with benchlib.work_dir(args.workdir) as root:

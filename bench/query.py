@@ -35,8 +35,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--packages", type=int, default=gen.DEFAULT_PACKAGES, help="default: %(default)s")
     parser.add_argument("--seed", type=int, default=gen.DEFAULT_SEED, help="default: %(default)s")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per command and state (default: %(default)s)")
-    parser.add_argument("--workdir", type=Path,
-                        help="generate in this new or empty dir and keep it (default: a temp dir, removed afterwards)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="generate in this new or empty dir and keep it (default: a temp dir, removed afterwards)",
+    )
     parser.add_argument("--json-out", type=Path, help="also write results as JSON here")
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -70,7 +73,9 @@ def measure(marinbuild: str, workspace: Path, args: list[str], lines: int | None
                 shutil.rmtree(memo, ignore_errors=True)
             run = benchlib.run_timed([marinbuild, "--workspace", workspace, *args], cwd=workspace)
             if lines is not None and len(run.stdout.splitlines()) != lines:
-                raise benchlib.BenchError(f"{' '.join(args)} printed {len(run.stdout.splitlines())} lines, expected {lines}")
+                raise benchlib.BenchError(
+                    f"{' '.join(args)} printed {len(run.stdout.splitlines())} lines, expected {lines}"
+                )
             samples.append(run.seconds)
         benchlib.log(f"{' '.join(args)}: {state}, {min(samples):.3f}-{max(samples):.3f} s")
         results[state] = benchlib.summarize(samples)

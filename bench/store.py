@@ -88,7 +88,19 @@ def timed(function: Callable[[], Any]) -> float:
 def noop_build(root: Path, store: str, args: argparse.Namespace, counter: RequestCounter) -> dict[str, Any]:
     gen.generate(root, args.targets, args.packages, gen.DEFAULT_SEED, tools=("marinbuild",))
     workspace = root / "marinbuild"
-    command = [sys.executable, "-m", "marinbuild", "--workspace", str(workspace), "--store", store, "build", "--jobs", "8", "//..."]
+    command = [
+        sys.executable,
+        "-m",
+        "marinbuild",
+        "--workspace",
+        str(workspace),
+        "--store",
+        store,
+        "build",
+        "--jobs",
+        "8",
+        "//...",
+    ]
     benchlib.log(f"cold build of {args.targets} targets on {store}")
     cold = timed(lambda: subprocess.run(command, check=True, capture_output=True))
     cli = [timed(lambda: subprocess.run(command, check=True, capture_output=True)) for _ in range(args.repeat)]
@@ -123,16 +135,28 @@ def throughput(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, A
     manifest = hash_tree(staged)
     store = GCSStore(f"gs://{bucket}/throughput", root / "local")
     fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
-    figures: dict[str, list[float]] = {"upload_marinbuild": [], "upload_gcsfs": [], "download_marinbuild": [], "download_gcsfs": []}
+    figures: dict[str, list[float]] = {
+        "upload_marinbuild": [],
+        "upload_gcsfs": [],
+        "download_marinbuild": [],
+        "download_gcsfs": [],
+    }
     for attempt in range(args.repeat):
         figures["upload_marinbuild"].append(timed(lambda: store.put_dir(staged, f"out/{attempt}")))
-        figures["upload_gcsfs"].append(timed(lambda: fs.put_file(str(staged / "model.bin"), f"{bucket}/direct/{attempt}/model.bin")))
+        figures["upload_gcsfs"].append(
+            timed(lambda: fs.put_file(str(staged / "model.bin"), f"{bucket}/direct/{attempt}/model.bin"))
+        )
         cache = LocalCache(root / f"cache{attempt}")
         figures["download_marinbuild"].append(timed(lambda: cache.materialise(store, f"out/{attempt}", manifest)))
-        figures["download_gcsfs"].append(timed(lambda: fs.get_file(f"{bucket}/direct/{attempt}/model.bin", str(root / f"direct{attempt}.bin"))))
+        figures["download_gcsfs"].append(
+            timed(lambda: fs.get_file(f"{bucket}/direct/{attempt}/model.bin", str(root / f"direct{attempt}.bin")))
+        )
         (root / f"direct{attempt}.bin").unlink()
         benchlib.log(f"transfer round {attempt + 1}/{args.repeat} done")
-    return {"size_mib": args.size_mib, **{name: size / 2**20 / statistics.median(times) for name, times in figures.items()}}
+    return {
+        "size_mib": args.size_mib,
+        **{name: size / 2**20 / statistics.median(times) for name, times in figures.items()},
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -152,10 +176,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         server.stop()
     noop, rates = report["noop"], report["throughput_mib_s"]
-    print(f"no-op build of {noop['targets']} cached targets on gs://: {noop['noop_cli_s']:.2f} s (command), "
-          f"{noop['noop_build_s']:.2f} s in process, {noop['noop_requests']:.0f} requests; cold build {noop['cold_build_s']:.1f} s")
-    print(f"{rates['size_mib']} MiB output, MiB/s: upload marinbuild {rates['upload_marinbuild']:.0f} vs gcsfs {rates['upload_gcsfs']:.0f}; "
-          f"download marinbuild {rates['download_marinbuild']:.0f} vs gcsfs {rates['download_gcsfs']:.0f}")
+    print(
+        f"no-op build of {noop['targets']} cached targets on gs://: {noop['noop_cli_s']:.2f} s (command), "
+        f"{noop['noop_build_s']:.2f} s in process, {noop['noop_requests']:.0f} requests; cold build {noop['cold_build_s']:.1f} s"
+    )
+    print(
+        f"{rates['size_mib']} MiB output, MiB/s: upload marinbuild {rates['upload_marinbuild']:.0f} vs gcsfs {rates['upload_gcsfs']:.0f}; "
+        f"download marinbuild {rates['download_marinbuild']:.0f} vs gcsfs {rates['download_gcsfs']:.0f}"
+    )
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=2))
 

@@ -62,7 +62,14 @@ def parse_args() -> argparse.Namespace:
 def attrs(steps: int, seed: int) -> dict:
     return {
         "data": "//exp:tokens",
-        "model": {"hidden_dim": 64, "intermediate_dim": 256, "num_layers": 2, "num_heads": 4, "num_kv_heads": 4, "seq_len": 128},
+        "model": {
+            "hidden_dim": 64,
+            "intermediate_dim": 256,
+            "num_layers": 2,
+            "num_heads": 4,
+            "num_kv_heads": 4,
+            "seq_len": 128,
+        },
         "optimizer": OPTIMIZER,
         "trainer": {"steps": steps, "batch_size": 32, "eval_interval": steps // 2, "checkpoint_interval": steps // 4},
         "seed": seed,
@@ -85,17 +92,19 @@ train_lm(
 def marinbuild(ws: Path, *args: str) -> dict:
     done = subprocess.run(
         [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "--json", *args],
-        cwd=ws, capture_output=True, text=True,
+        cwd=ws,
+        capture_output=True,
+        text=True,
     )
     if done.returncode != 0:
-        raise benchlib.BenchError(f"marinbuild failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS:]}")
+        raise benchlib.BenchError(f"marinbuild failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS :]}")
     return json.loads(done.stdout)
 
 
 def direct(command: list[str], cwd: Path) -> None:
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
-        raise benchlib.BenchError(f"the direct run failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS:]}")
+        raise benchlib.BenchError(f"the direct run failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS :]}")
 
 
 def timed(run) -> float:
@@ -125,7 +134,15 @@ def main() -> None:
         run_dir = root / f"direct-{seed}"
         for part in ("scratch", "tmp"):
             (run_dir / part).mkdir(parents=True)
-        command = [sys.executable, "-c", DIRECT, json.dumps(values), str(tokens), str(run_dir / "scratch"), str(run_dir / "tmp")]
+        command = [
+            sys.executable,
+            "-c",
+            DIRECT,
+            json.dumps(values),
+            str(tokens),
+            str(run_dir / "scratch"),
+            str(run_dir / "tmp"),
+        ]
         times["direct"].append(timed(lambda: direct(command, run_dir / "tmp")))
         benchlib.log(f"seed {seed}: marinbuild {times['marinbuild'][-1]:.1f} s, direct {times['direct'][-1]:.1f} s")
 

@@ -19,11 +19,15 @@ from marinbuild.session import Session
 def _session(label: str, workspace: str | Path | None, store: str | None, build: bool) -> Session:
     session = Session.open(Path(workspace) if workspace is not None else None, store)
     if build:
-        result = session.build([label], BuildOptions(jobs=session.workspace.jobs or os.cpu_count() or 1), NullReporter())
+        result = session.build(
+            [label], BuildOptions(jobs=session.workspace.jobs or os.cpu_count() or 1), NullReporter()
+        )
         if not result.ok:
             failed = [item for item in result.results.values() if item.status.value == "failed"]
             reason = "; ".join(f"{item.label}: {item.reason}" for item in failed) or "a step failed"
-            raise StoreError(f"building {label} failed: {reason}", hint=f"'marinbuild log {failed[0].label if failed else label}'")
+            raise StoreError(
+                f"building {label} failed: {reason}", hint=f"'marinbuild log {failed[0].label if failed else label}'"
+            )
     return session
 
 
@@ -32,6 +36,8 @@ def output(label: str, *, workspace: str | Path | None = None, store: str | None
     return _session(label, workspace, store, build).where(label)
 
 
-def metrics(label: str, *, workspace: str | Path | None = None, store: str | None = None, build: bool = False) -> dict[str, Any]:
+def metrics(
+    label: str, *, workspace: str | Path | None = None, store: str | None = None, build: bool = False
+) -> dict[str, Any]:
     """The summary metrics of an ML step (`summary.json` of train_lm, `metrics.json` of eval_lm)."""
     return _session(label, workspace, store, build).metrics(label)

@@ -17,32 +17,30 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from marinbuild import provenance
 from marinbuild import store as stores
-from marinbuild.actions.graph import Graph, build_graph, expand_patterns
-from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
 from marinbuild.actions.events import EventStream, Tee
 from marinbuild.actions.executor import Executor, LocalExecutor
+from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.logs import close_logger
+from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
 from marinbuild.actions.scheduler import BuildOptions, Scheduler
 from marinbuild.errors import GraphError, StoreError
-from marinbuild import provenance
+from marinbuild.hashing import StatCache, canonical_json
+from marinbuild.labels import matches_patterns, parse_label, parse_pattern
+from marinbuild.memo import Memo
+from marinbuild.packages import PackageLoader, Workspace, open_workspace
+from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
+from marinbuild.packages.rule_modules import workspace_rules
 from marinbuild.provenance import rerun
 from marinbuild.provenance.explain import Explanation, explain_target, recipe_changes
 from marinbuild.provenance.show import describe, read_metrics
-from marinbuild.store import Attempt, Outputs
-from marinbuild.store.action_cache import new_attempt_id
-from marinbuild.targets.rule import Target
-from marinbuild.labels import matches_patterns, parse_label, parse_pattern
-from marinbuild.packages import PackageLoader, Workspace, open_workspace
-from marinbuild.memo import Memo
-from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
-from marinbuild.hashing import StatCache, canonical_json
-from marinbuild.store import ActionCache, layout
+from marinbuild.query import QueryResult, Universe, run_query
+from marinbuild.store import ActionCache, Attempt, Outputs, layout
+from marinbuild.store.action_cache import ENTRY_FORMAT, new_attempt_id
 from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.remote import RemoteStore
-from marinbuild.store.action_cache import ENTRY_FORMAT
-from marinbuild.packages.rule_modules import workspace_rules
-from marinbuild.query import QueryResult, Universe, run_query
+from marinbuild.targets.rule import Target
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,11 @@ class Session:
 
     @classmethod
     def open(
-        cls, workspace_dir: Path | None = None, store: str | None = None, cwd: Path | None = None, unsafe_no_locking: bool = False
+        cls,
+        workspace_dir: Path | None = None,
+        store: str | None = None,
+        cwd: Path | None = None,
+        unsafe_no_locking: bool = False,
     ) -> Session:
         cwd = (cwd or Path.cwd()).resolve()
         workspace = open_workspace(workspace_dir or cwd)
@@ -107,7 +109,10 @@ class Session:
             raise GraphError("no target patterns given", hint="e.g. 'marinbuild //experiments/hello:all'")
         requested = expand_patterns(self.loader, parsed, self._skip_dirs())
         if not requested:
-            raise GraphError(f"the patterns {' '.join(patterns)} match no targets", hint="targets tagged 'manual' are left out of wildcards")
+            raise GraphError(
+                f"the patterns {' '.join(patterns)} match no targets",
+                hint="targets tagged 'manual' are left out of wildcards",
+            )
         graph = build_graph(self.loader, requested)
         self.loader.save_cache()
         self.stat_cache.save()
@@ -119,11 +124,19 @@ class Session:
         """Build; the event stream goes to the store with the invocation record, and to `events`."""
         graph = self.plan(patterns)
         if options.dry_run:
-            return Scheduler(graph, self.cache, stores.store_salt(self.store), options, reporter, self.workspace.root).run()
+            return Scheduler(
+                graph, self.cache, stores.store_salt(self.store), options, reporter, self.workspace.root
+            ).run()
         return self._run_recorded("build", graph, list(patterns), options, reporter, events).result
 
     def _run_recorded(
-        self, command: str, graph: Graph, patterns: list[str], options: BuildOptions, reporter: Reporter, events: Path | None = None
+        self,
+        command: str,
+        graph: Graph,
+        patterns: list[str],
+        options: BuildOptions,
+        reporter: Reporter,
+        events: Path | None = None,
     ) -> Scheduler:
         """Run a graph with its invocation record (written at the start and at the end) and event stream."""
         stores.require_leases(self.store, self.unsafe_no_locking)
@@ -131,7 +144,13 @@ class Session:
         stream = EventStream(events)
         executor = self._executor(options)
         scheduler = Scheduler(
-            graph, self.cache, stores.store_salt(self.store), options, Tee(reporter, stream), self.workspace.root, executor
+            graph,
+            self.cache,
+            stores.store_salt(self.store),
+            options,
+            Tee(reporter, stream),
+            self.workspace.root,
+            executor,
         )
         started = time.time()
         record = functools.partial(self._record_invocation, command, patterns, scheduler, started)
@@ -207,8 +226,13 @@ class Session:
             return result.key, None
         for record in reversed(provenance.label_attempts(self.store, label)):
             if record.status is stores.AttemptStatus.SUCCEEDED and self.cache.lookup(record.key).outputs is not None:
-                return record.key, f"{label} is not built for its current recipe ({result.reason}); this is its newest output"
-        raise GraphError(f"{label} has no output in {self.store.url} ({result.reason})", hint=f"run 'marinbuild build {label}'")
+                return (
+                    record.key,
+                    f"{label} is not built for its current recipe ({result.reason}); this is its newest output",
+                )
+        raise GraphError(
+            f"{label} has no output in {self.store.url} ({result.reason})", hint=f"run 'marinbuild build {label}'"
+        )
 
     def show(self, text: str, recursive: bool = False) -> tuple[dict, str | None]:
         """The recipe, provenance, files and metrics of an output (provenance/show.py)."""
@@ -243,7 +267,10 @@ class Session:
             scheduler = self._run_recipe(graph, key, options, reporter, "rerun --check")
             label = graph.requested[0]
             if not scheduler.result.ok or scheduler.result.results[label].key != key:
-                raise StoreError(f"the recipe of {key[:12]} could not be rebuilt here", hint=f"'marinbuild rerun {key[:12]}' says why")
+                raise StoreError(
+                    f"the recipe of {key[:12]} could not be rebuilt here",
+                    hint=f"'marinbuild rerun {key[:12]}' says why",
+                )
             target = graph.targets[label]
             attempt_id = new_attempt_id()
             side = Attempt(key, label, attempt_id, self.store.staging_dir(layout.check(key, attempt_id)))
@@ -275,7 +302,9 @@ class Session:
     def _dry_scheduler(self, graph: Graph, strict_code: bool = False) -> Scheduler:
         """A scheduler that has run dry over `graph`: its results, and the recipes of every key it knows."""
         options = BuildOptions(jobs=1, dry_run=True, strict_code=strict_code)
-        scheduler = Scheduler(graph, self.cache, stores.store_salt(self.store), options, NullReporter(), self.workspace.root)
+        scheduler = Scheduler(
+            graph, self.cache, stores.store_salt(self.store), options, NullReporter(), self.workspace.root
+        )
         scheduler.run()
         return scheduler
 
@@ -298,11 +327,15 @@ class Session:
         be relative to the current directory; the target need not exist any more."""
         return provenance.label_attempts(self.store, str(parse_label(label, self.workspace.package_of(self.cwd))))
 
-    def history(self, patterns: Sequence[str] = (), limit: int | None = None, ran_only: bool = True) -> list[provenance.HistoryItem]:
+    def history(
+        self, patterns: Sequence[str] = (), limit: int | None = None, ran_only: bool = True
+    ) -> list[provenance.HistoryItem]:
         """The newest builds that ran (or skipped) a target the patterns match (all, without patterns)."""
         cwd_package = self.workspace.package_of(self.cwd)
         parsed = [parse_pattern(text, cwd_package) for text in patterns]
-        return provenance.history(self.store, lambda label: matches_patterns(parsed, parse_label(label)), limit, ran_only)
+        return provenance.history(
+            self.store, lambda label: matches_patterns(parsed, parse_label(label)), limit, ran_only
+        )
 
     def query(self, expression: str, keep_going: bool = False) -> QueryResult:
         """Evaluate a query expression (docs/query.md). Writes nothing to the store."""

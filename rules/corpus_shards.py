@@ -36,7 +36,9 @@ CORPUS_ATTRS: dict[str, Attr] = {
 def check_corpus_attrs(attrs: Mapping[str, JsonValue]) -> None:
     """Load-time checks of CORPUS_ATTRS (a ValueError names the BUILD line)."""
     if attrs["sample_count"] is not None and attrs["sample_count"] < 2:
-        raise ValueError(f"sample_count must be at least 2 (one train and one validation document), got {attrs['sample_count']}")
+        raise ValueError(
+            f"sample_count must be at least 2 (one train and one validation document), got {attrs['sample_count']}"
+        )
     if not 0 < attrs["validation_fraction"] < 1:
         raise ValueError(f"validation_fraction must be between 0 and 1 (exclusive), got {attrs['validation_fraction']}")
 

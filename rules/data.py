@@ -75,7 +75,9 @@ def _text_files(ctx: Context) -> None:
     import fsspec
 
     if ctx.attrs["srcs"]:
-        named = {_input_name(label, path, ctx.root(label)): path for label in ctx.attrs["srcs"] for path in ctx.files(label)}
+        named = {
+            _input_name(label, path, ctx.root(label)): path for label in ctx.attrs["srcs"] for path in ctx.files(label)
+        }
         names = list(named)
         files = fsspec.open_files([str(path) for path in named.values()], mode="rb", compression="infer")
     else:
@@ -132,10 +134,16 @@ def _hf_dataset(ctx: Context) -> None:
     directory = snapshot(attrs["repo"], attrs["revision"], "dataset")
     try:
         dataset = datasets.load_dataset(
-            str(directory), name=attrs["subset"], split=attrs["split"], streaming=True, cache_dir=str(ctx.tmp / "datasets")
+            str(directory),
+            name=attrs["subset"],
+            split=attrs["split"],
+            streaming=True,
+            cache_dir=str(ctx.tmp / "datasets"),
         )
     except (ValueError, FileNotFoundError) as error:
-        raise StepFailed(f"cannot read split {attrs['split']!r} of {attrs['repo']} (subset {attrs['subset']!r}): {error}") from None
+        raise StepFailed(
+            f"cannot read split {attrs['split']!r} of {attrs['repo']} (subset {attrs['subset']!r}): {error}"
+        ) from None
     text_key = attrs["text_key"]
     if dataset.column_names is not None and text_key not in dataset.column_names:
         raise StepFailed(f"{attrs['repo']} has no column {text_key!r} (columns: {dataset.column_names}); set text_key")
@@ -189,7 +197,8 @@ def stdlib_files(root: Path) -> list[Path]:
     return sorted(
         path
         for path in root.rglob("*.py")
-        if not _SKIPPED_DIRECTORIES.intersection(path.relative_to(root).parts[:-1]) and not path.name.startswith("test_")
+        if not _SKIPPED_DIRECTORIES.intersection(path.relative_to(root).parts[:-1])
+        and not path.name.startswith("test_")
     )
 
 

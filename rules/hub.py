@@ -44,9 +44,7 @@ def snapshot(repo: str, revision: str, repo_type: str, allow_patterns: list[str]
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     try:
-        path = snapshot_download(
-            repo_id=repo, repo_type=repo_type, revision=revision, allow_patterns=allow_patterns
-        )
+        path = snapshot_download(repo_id=repo, repo_type=repo_type, revision=revision, allow_patterns=allow_patterns)
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as error:
         raise StepFailed(
             f"cannot get {repo_type} {repo!r} at revision {revision!r}: {error}\n"

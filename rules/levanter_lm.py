@@ -28,9 +28,9 @@ from typing import Any
 import blake3
 import fsspec
 import jax
+from jax.experimental import multihost_utils
 from levanter.checkpoint import CheckpointerConfig, discover_latest_checkpoint
 from levanter.data.text import LMMixtureDatasetConfig, UrlDatasetSourceConfig
-from jax.experimental import multihost_utils
 from levanter.distributed import DistributedConfig, RayConfig
 from levanter.main import eval_lm as levanter_eval_lm
 from levanter.main import train_lm as levanter_train_lm
@@ -169,11 +169,18 @@ def tokenized_sets(inputs: Mapping[str, str], tmp: Path) -> tuple[dict[str, str]
         fs, root = fsspec.core.url_to_fs(location)
         missing = [part for part in (*SPLITS, TOKENIZER_DIR) if not fs.isdir(f"{root}/{part}")]
         if missing:
-            raise StepFailed(f"{label} is not a tokenized data set (no {', '.join(missing)} in its output); use a tokenize target")
+            raise StepFailed(
+                f"{label} is not a tokenized data set (no {', '.join(missing)} in its output); use a tokenize target"
+            )
         sets[name if names.count(name) == 1 else label.lstrip("/")] = location
-    tokenizers = {tag: _fetch_tokenizer(location, tmp / "tokenizers" / str(index)) for index, (tag, location) in enumerate(sets.items())}
+    tokenizers = {
+        tag: _fetch_tokenizer(location, tmp / "tokenizers" / str(index))
+        for index, (tag, location) in enumerate(sets.items())
+    }
     if len({tokenizer_digest(directory) for directory in tokenizers.values()}) > 1:
-        raise StepFailed(f"the data sets were tokenized with different tokenizers: {sorted(sets)}; tokenize them with the same one")
+        raise StepFailed(
+            f"the data sets were tokenized with different tokenizers: {sorted(sets)}; tokenize them with the same one"
+        )
     return sets, next(iter(tokenizers.values()))
 
 
@@ -240,7 +247,12 @@ def _check_fields(cls: type, fields: Mapping[str, Any], attribute: str, exclude:
 
 
 def trainer_config(
-    trainer: Mapping[str, Any], seed: int, checkpoints: Path | None, metrics: Path, log_dir: Path, distributed: bool = False
+    trainer: Mapping[str, Any],
+    seed: int,
+    checkpoints: Path | None,
+    metrics: Path,
+    log_dir: Path,
+    distributed: bool = False,
 ) -> TrainerConfig:
     """Levanter's trainer on whatever devices this process sees, without wandb or a Ray cluster.
 
@@ -281,7 +293,12 @@ def trainer_config(
 
 
 def train_config(
-    attrs: Mapping[str, Any], sets: Mapping[str, Path], tokenizer: Path, scratch: Path, tmp: Path, distributed: bool = False
+    attrs: Mapping[str, Any],
+    sets: Mapping[str, Path],
+    tokenizer: Path,
+    scratch: Path,
+    tmp: Path,
+    distributed: bool = False,
 ) -> levanter_train_lm.TrainLmConfig:
     """Levanter's config for a `train_lm` target: checkpoints, metrics and HF exports in `scratch`."""
     mixture = attrs["data"]
@@ -291,7 +308,12 @@ def train_config(
         model=model_config(attrs["model"], tokenizer, tmp),
         optimizer=optimizer_config(attrs["optimizer"]),
         trainer=trainer_config(
-            attrs["trainer"], attrs["seed"], scratch / "checkpoints", _metrics_file(scratch, tmp), tmp / "levanter-logs", distributed
+            attrs["trainer"],
+            attrs["seed"],
+            scratch / "checkpoints",
+            _metrics_file(scratch, tmp),
+            tmp / "levanter-logs",
+            distributed,
         ),
         hf_save_path=str(scratch / "hf"),
         hf_save_steps=attrs["trainer"]["steps"],

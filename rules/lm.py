@@ -34,7 +34,9 @@ def _headline(path: Path, template: str) -> str | None:
         values = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return template.format_map(_Shown({key: f"{value:.3f}" if isinstance(value, float) else value for key, value in values.items()}))
+    return template.format_map(
+        _Shown({key: f"{value:.3f}" if isinstance(value, float) else value for key, value in values.items()})
+    )
 
 
 def _train_headline(out: Path) -> str | None:
@@ -104,7 +106,14 @@ train_lm = Rule(
     code_modules=("rules.levanter_lm",),
     metrics_file="summary.json",
     # Bit-identical on CPU with a fixed seed, but not promised across machines and XLA versions.
-    check_metrics={"steps": 0.0, "tokens": 0.0, "train_loss": 1e-3, "initial_eval_loss": 1e-3, "eval_loss": 1e-3, "eval_bpb": 1e-3},
+    check_metrics={
+        "steps": 0.0,
+        "tokens": 0.0,
+        "train_loss": 1e-3,
+        "initial_eval_loss": 1e-3,
+        "eval_loss": 1e-3,
+        "eval_bpb": 1e-3,
+    },
 )
 
 

@@ -62,7 +62,10 @@ def _fit(ctx: Context) -> None:
     from rules import scaling_fit, scaling_plots
 
     def runs(attribute: str) -> list[scaling_fit.Run]:
-        return [scaling_fit.read_run(label, ctx.inputs[label].root, budget) for label, budget in ctx.attrs[attribute].items()]
+        return [
+            scaling_fit.read_run(label, ctx.inputs[label].root, budget)
+            for label, budget in ctx.attrs[attribute].items()
+        ]
 
     settings = scaling_fit.Settings(
         huber_delta=ctx.attrs["huber_delta"],
@@ -84,10 +87,20 @@ fit_scaling_law = Rule(
     impl=_fit,
     doc="Fit isoFLOP parabolas, the compute-optimal token law and the loss power law -> fit.json, isoflops.png, scaling.png.",
     attrs={
-        "runs": Attr(types.LABEL_KEYED_DICT, doc="{train_lm target: its budget in FLOPs}, e.g. what isoflop_sweep returns."),
-        "held_out": Attr(types.LABEL_KEYED_DICT, default={}, doc="{train_lm target: budget} left out of the fit, compared with its forecast."),
-        "target_budgets": Attr(types.JSON, default=[], doc="Budgets (FLOPs) to forecast the optimal tokens and loss at."),
-        "huber_delta": Attr(types.FLOAT, default=0.02, doc="Loss residual (nats) beyond which a run counts linearly, not squared."),
+        "runs": Attr(
+            types.LABEL_KEYED_DICT, doc="{train_lm target: its budget in FLOPs}, e.g. what isoflop_sweep returns."
+        ),
+        "held_out": Attr(
+            types.LABEL_KEYED_DICT,
+            default={},
+            doc="{train_lm target: budget} left out of the fit, compared with its forecast.",
+        ),
+        "target_budgets": Attr(
+            types.JSON, default=[], doc="Budgets (FLOPs) to forecast the optimal tokens and loss at."
+        ),
+        "huber_delta": Attr(
+            types.FLOAT, default=0.02, doc="Loss residual (nats) beyond which a run counts linearly, not squared."
+        ),
         "bootstrap": Attr(types.INT, default=1000, doc="Bootstrap resamples for the confidence intervals (0: none)."),
         "noise_floor": Attr(types.FLOAT, default=0.005, doc="Smallest loss noise (nats) the bootstrap assumes."),
         "seed": Attr(types.INT, default=0, doc="Seed of the bootstrap."),

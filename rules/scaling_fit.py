@@ -59,8 +59,17 @@ def read_run(label: str, root: Path, budget: float) -> Run:
         raise StepFailed(f"{label} has no readable summary.json ({error}); runs must be train_lm targets") from error
     missing = [name for name in ("tokens", "flops", "eval_loss") if summary.get(name) is None]
     if missing:
-        raise StepFailed(f"{label}: summary.json lacks {', '.join(missing)}; train it with an evaluation at its last step")
-    return Run(label, float(budget), float(summary["tokens"]), float(summary["flops"]), float(summary["eval_loss"]), summary.get("parameter_count"))
+        raise StepFailed(
+            f"{label}: summary.json lacks {', '.join(missing)}; train it with an evaluation at its last step"
+        )
+    return Run(
+        label,
+        float(budget),
+        float(summary["tokens"]),
+        float(summary["flops"]),
+        float(summary["eval_loss"]),
+        summary.get("parameter_count"),
+    )
 
 
 # -- the pieces -----------------------------------------------------------------------------
@@ -101,7 +110,9 @@ def fit_parabola(x: np.ndarray, loss: np.ndarray, huber_delta: float) -> Parabol
     start = np.polyfit(x - centre, loss, 2)
     result = least_squares(lambda p: np.polyval(p, x - centre) - loss, start, loss="huber", f_scale=huber_delta)
     a, b, c = result.x  # in x - centre; expand to x
-    return Parabola(float(a), float(b - 2 * a * centre), float(a * centre**2 - b * centre + c), float(x.min()), float(x.max()))
+    return Parabola(
+        float(a), float(b - 2 * a * centre), float(a * centre**2 - b * centre + c), float(x.min()), float(x.max())
+    )
 
 
 def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -119,7 +130,9 @@ def fit_power_law(budgets: np.ndarray, losses: np.ndarray) -> tuple[float, float
     """
     floor = float(losses.min())
     if floor <= 0:
-        raise StepFailed(f"an optimal loss of {floor:.3g} is not positive: a parabola's minimum lies far outside its sweep")
+        raise StepFailed(
+            f"an optimal loss of {floor:.3g} is not positive: a parabola's minimum lies far outside its sweep"
+        )
     centre = float(np.mean(np.log(budgets)))
     u = np.log(budgets) - centre
 
@@ -199,7 +212,9 @@ def fit_laws(groups: dict[float, list[Run]], losses: dict[float, np.ndarray], hu
     l_star = {budget: float(parabolas[budget](x_star[budget])) for budget in used}
     log_c = np.log10([compute[budget] for budget in used])
     alpha, log10_a = fit_line(log_c, np.array([x_star[budget] for budget in used]))
-    e, b, beta = fit_power_law(np.array([compute[budget] for budget in used]), np.array([l_star[budget] for budget in used]))
+    e, b, beta = fit_power_law(
+        np.array([compute[budget] for budget in used]), np.array([l_star[budget] for budget in used])
+    )
     return Laws(parabolas, used, x_star, l_star, alpha, log10_a, e, b, beta)
 
 
@@ -207,7 +222,9 @@ def noise_scale(groups: dict[float, list[Run]], laws: Laws, floor: float) -> flo
     """The loss noise the parabolas leave: 1.4826 x the median absolute residual (a robust
     standard deviation, blind to outliers), scaled for the 3 parameters per budget."""
     residuals = [
-        run.loss - float(laws.parabolas[budget](math.log10(run.tokens))) for budget, group in groups.items() for run in group
+        run.loss - float(laws.parabolas[budget](math.log10(run.tokens)))
+        for budget, group in groups.items()
+        for run in group
     ]
     n, p = len(residuals), 3 * len(groups)
     if n <= p:
@@ -227,7 +244,9 @@ def _interval(values: Sequence[float]) -> list[float] | None:
 # -- the whole fit --------------------------------------------------------------------------
 
 
-def fit(runs: Sequence[Run], held_out: Sequence[Run], target_budgets: Sequence[float], settings: Settings) -> dict[str, Any]:
+def fit(
+    runs: Sequence[Run], held_out: Sequence[Run], target_budgets: Sequence[float], settings: Settings
+) -> dict[str, Any]:
     """The contents of fit.json (schema in docs/delphi.md)."""
     groups = _groups(runs)
     if len(groups) < 2:
@@ -304,7 +323,7 @@ def fit(runs: Sequence[Run], held_out: Sequence[Run], target_budgets: Sequence[f
                 "log10_tokens_range": [parabola.x_low, parabola.x_high],
                 "minimum_inside": parabola.inside,
                 "used": budget in laws.used,
-                "optimal_tokens": 10 ** parabola.x_min if parabola.convex else None,
+                "optimal_tokens": 10**parabola.x_min if parabola.convex else None,
                 "optimal_loss": float(parabola(parabola.x_min)) if parabola.convex else None,
             }
             for budget, parabola in laws.parabolas.items()

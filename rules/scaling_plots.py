@@ -29,9 +29,24 @@ def isoflops(fit: dict[str, Any], path: Path) -> None:
         style = "-" if budget["minimum_inside"] else "--"
         axes.plot(10**x, p["a"] * x**2 + p["b"] * x + p["c"], style, color=colour, label=f"C = {budget['budget']:.2g}")
         if budget["optimal_tokens"] is not None and budget["used"]:
-            axes.scatter([budget["optimal_tokens"]], [budget["optimal_loss"]], marker="*", s=160, color=colour, edgecolor="black", zorder=4)
+            axes.scatter(
+                [budget["optimal_tokens"]],
+                [budget["optimal_loss"]],
+                marker="*",
+                s=160,
+                color=colour,
+                edgecolor="black",
+                zorder=4,
+            )
     for run in fit["held_out"]:
-        axes.scatter([run["tokens"]], [run["loss"]], marker="D", color="crimson", zorder=4, label=f"held out, C = {run['budget']:.2g}")
+        axes.scatter(
+            [run["tokens"]],
+            [run["loss"]],
+            marker="D",
+            color="crimson",
+            zorder=4,
+            label=f"held out, C = {run['budget']:.2g}",
+        )
     axes.set_xscale("log")
     axes.set_xlabel("training tokens")
     axes.set_ylabel("eval loss (nats/token)")
@@ -53,25 +68,58 @@ def scaling(fit: dict[str, Any], path: Path) -> None:
     tokens_law, loss_law = fit["tokens_law"], fit["loss_law"]
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
-    left.plot(c, tokens_law["A"] * c ** tokens_law["alpha"], color="tab:blue",
-              label=f"D* = {tokens_law['A']:.3g} C^{tokens_law['alpha']:.3f}")
-    left.scatter([budget["compute"] for budget in used], [budget["optimal_tokens"] for budget in used], color="tab:blue", zorder=3, label="isoFLOP optima")
+    left.plot(
+        c,
+        tokens_law["A"] * c ** tokens_law["alpha"],
+        color="tab:blue",
+        label=f"D* = {tokens_law['A']:.3g} C^{tokens_law['alpha']:.3f}",
+    )
+    left.scatter(
+        [budget["compute"] for budget in used],
+        [budget["optimal_tokens"] for budget in used],
+        color="tab:blue",
+        zorder=3,
+        label="isoFLOP optima",
+    )
     _forecast_bars(left, forecasts, "optimal_tokens", "optimal_tokens_ci")
     for run in fit["held_out"]:
-        left.scatter([run["flops"]], [run["tokens"]], marker="D", color="crimson", zorder=4, label=f"held-out run ({run['tokens_ratio']:.2f}x D*)")
+        left.scatter(
+            [run["flops"]],
+            [run["tokens"]],
+            marker="D",
+            color="crimson",
+            zorder=4,
+            label=f"held-out run ({run['tokens_ratio']:.2f}x D*)",
+        )
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xlabel("compute C (FLOPs)")
     left.set_ylabel("loss-optimal tokens D*")
     left.set_title("Compute-optimal tokens")
 
-    right.plot(c, loss_law["E"] + loss_law["B"] * c ** -loss_law["beta"], color="tab:green",
-               label=f"L* = {loss_law['E']:.3f} + {loss_law['B']:.3g} C^-{loss_law['beta']:.3f}")
-    right.scatter([budget["compute"] for budget in used], [budget["optimal_loss"] for budget in used], color="tab:green", zorder=3, label="isoFLOP optima")
+    right.plot(
+        c,
+        loss_law["E"] + loss_law["B"] * c ** -loss_law["beta"],
+        color="tab:green",
+        label=f"L* = {loss_law['E']:.3f} + {loss_law['B']:.3g} C^-{loss_law['beta']:.3f}",
+    )
+    right.scatter(
+        [budget["compute"] for budget in used],
+        [budget["optimal_loss"] for budget in used],
+        color="tab:green",
+        zorder=3,
+        label="isoFLOP optima",
+    )
     _forecast_bars(right, forecasts, "loss", "loss_ci")
     for run in fit["held_out"]:
-        right.scatter([run["flops"]], [run["loss"]], marker="D", color="crimson", zorder=4,
-                      label=f"held-out run (error {100 * run['relative_error']:+.1f}%)")
+        right.scatter(
+            [run["flops"]],
+            [run["loss"]],
+            marker="D",
+            color="crimson",
+            zorder=4,
+            label=f"held-out run (error {100 * run['relative_error']:+.1f}%)",
+        )
     right.set_xscale("log")
     right.set_xlabel("compute C (FLOPs)")
     right.set_ylabel("optimal eval loss L*")
@@ -90,4 +138,6 @@ def _forecast_bars(axes: Any, forecasts: list[dict[str, Any]], value: str, inter
     errors = None
     if all(forecast[interval] is not None for forecast in forecasts):
         errors = np.array([[v - f[interval][0], f[interval][1] - v] for v, f in zip(values, forecasts)]).T.clip(min=0)
-    axes.errorbar(budgets, values, yerr=errors, fmt="o", mfc="white", color="black", capsize=4, zorder=3, label="forecast")
+    axes.errorbar(
+        budgets, values, yerr=errors, fmt="o", mfc="white", color="black", capsize=4, zorder=3, label="forecast"
+    )

@@ -114,7 +114,9 @@ def _tokenize(ctx: Context) -> None:
     use_ray = total >= ctx.attrs["ray_min_documents"]
     tokens: dict[str, int] = {}
     done = 0
-    with _local_ray(Resources.from_json(ctx.attrs["resources"], RESOURCES).cpu) if use_ray else contextlib.nullcontext():
+    with (
+        _local_ray(Resources.from_json(ctx.attrs["resources"], RESOURCES).cpu) if use_ray else contextlib.nullcontext()
+    ):
         for split in SPLITS:
             if use_ray:
                 tokens[split] = _write_with_ray(ctx, corpus, split, processor)

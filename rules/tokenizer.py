@@ -92,7 +92,7 @@ def _bpe_tokenizer(ctx: Context) -> None:
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         model_input_names=MODEL_INPUTS,
-        **{f"{role}_token": special[role] for role in SPECIAL_ROLES}
+        **{f"{role}_token": special[role] for role in SPECIAL_ROLES},
     )
     save_tokenizer(fast, ctx.out, None)
 
@@ -105,7 +105,9 @@ def _check_bpe_tokenizer(attrs: Mapping[str, JsonValue]) -> None:
         raise ValueError("special tokens must be non-empty strings")
     # 256 byte symbols plus the special tokens come first; BPE merges fill the rest.
     if attrs["vocab_size"] < 256 + len(SPECIAL_ROLES):
-        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_ROLES)} (the 256 bytes and the special tokens)")
+        raise ValueError(
+            f"vocab_size must be at least {256 + len(SPECIAL_ROLES)} (the 256 bytes and the special tokens)"
+        )
 
 
 bpe_tokenizer = Rule(
@@ -123,7 +125,9 @@ bpe_tokenizer = Rule(
     attrs={
         "data": Attr(types.LABEL, doc="A data rule's output (text_files, hf_dataset, python_corpus)."),
         "vocab_size": Attr(types.INT, doc="Total vocabulary: bytes, special tokens and merges."),
-        "special_tokens": Attr(types.DICT, default={}, doc=f"{{'bos'|'eos'|'pad': token}}; defaults {DEFAULT_SPECIAL_TOKENS}."),
+        "special_tokens": Attr(
+            types.DICT, default={}, doc=f"{{'bos'|'eos'|'pad': token}}; defaults {DEFAULT_SPECIAL_TOKENS}."
+        ),
     },
 )
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from marinbuild.actions.graph import Graph
 from marinbuild.packages import PackageLoader, open_workspace
-from marinbuild.session import Session
 from marinbuild.packages.rule_modules import workspace_rules
+from marinbuild.session import Session
 
 CLI_TIMEOUT_S = 60
 STORE_DIR = "cache"  # the default store, relative to the workspace root

@@ -23,7 +23,9 @@ sys.stdin.read()
 class LocalRayCluster:
     def __init__(self) -> None:
         os.environ["RAY_AUTH_MODE"] = "disabled"
-        self.process = subprocess.Popen([sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         assert self.process.stdout is not None
         self.address = self.process.stdout.readline().strip()
         assert self.address, "the Ray cluster did not start"

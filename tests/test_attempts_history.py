@@ -14,6 +14,7 @@ import textwrap
 import time
 
 from conftest import CLI_TIMEOUT_S, attempt_records, build_json, cli_env, run_cli, statuses
+
 from marinbuild import provenance
 from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
@@ -97,7 +98,9 @@ def _start_build(ws, *patterns: str) -> subprocess.Popen:
 
 
 def test_a_running_step_shows_its_log_and_an_interrupted_one_is_cancelled(make_workspace):
-    ws = make_workspace({"pkg/BUILD.marin": 'genrule(name = "slow", outs = ["o.txt"], cmd = "echo halfway; sleep 60; echo > $@")\n'})
+    ws = make_workspace(
+        {"pkg/BUILD.marin": 'genrule(name = "slow", outs = ["o.txt"], cmd = "echo halfway; sleep 60; echo > $@")\n'}
+    )
     builder = _start_build(ws, "//pkg:slow")
     try:
         deadline = time.monotonic() + CLI_TIMEOUT_S
@@ -137,7 +140,11 @@ def test_the_attempt_of_a_killed_builder_reads_as_abandoned(make_workspace, tmp_
     builder = _start_build(ws, "//pkg:slow")
     try:
         deadline = time.monotonic() + CLI_TIMEOUT_S
-        while not [record for record in Session.open(ws, cwd=ws).attempts("//pkg:slow") if record.status is AttemptStatus.RUNNING]:
+        while not [
+            record
+            for record in Session.open(ws, cwd=ws).attempts("//pkg:slow")
+            if record.status is AttemptStatus.RUNNING
+        ]:
             assert time.monotonic() < deadline, "the step never started"
             time.sleep(0.2)
     finally:
@@ -154,7 +161,10 @@ def test_the_attempt_of_a_killed_builder_reads_as_abandoned(make_workspace, tmp_
     hang.unlink()
     rebuilt = build_json(ws, "//pkg:slow")
     assert statuses(rebuilt) == {"//pkg:slow": "built"} and rebuilt["by_label"]["//pkg:slow"]["key"] == record.key
-    assert [r.status for r in Session.open(ws, cwd=ws).attempts("//pkg:slow")] == [AttemptStatus.ABANDONED, AttemptStatus.SUCCEEDED]
+    assert [r.status for r in Session.open(ws, cwd=ws).attempts("//pkg:slow")] == [
+        AttemptStatus.ABANDONED,
+        AttemptStatus.SUCCEEDED,
+    ]
 
 
 def test_event_stream_to_a_file_and_the_store(make_workspace, tmp_path):
@@ -198,13 +208,15 @@ def timed_then_fails(ctx):
 
 def test_measurements_go_to_the_attempt_record_not_the_output(make_workspace):
     """`ctx.measure`: facts about an attempt (timing) that must not make outputs differ."""
-    ws = make_workspace({
-        "pkg/steps.py": MEASURING_STEPS,
-        "pkg/BUILD.marin": """\
+    ws = make_workspace(
+        {
+            "pkg/steps.py": MEASURING_STEPS,
+            "pkg/BUILD.marin": """\
         py_step(name = "timed", fn = "steps.py:timed", config = {"n": 7})
         py_step(name = "failing", fn = "steps.py:timed_then_fails")
         """,
-    })
+        }
+    )
     first = build_json(ws, "-k", "//pkg:all", expect_rc=1)
     key = first["by_label"]["//pkg:timed"]["key"]
     [record] = [r for r in attempt_records(ws / "cache", key) if r["status"] == "succeeded"]

@@ -7,7 +7,6 @@ Python API (PackageLoader, Session.plan), which raises the same errors the CLI p
 from __future__ import annotations
 
 import pytest
-
 from helpers_workspace import (
     assert_bad_input,
     assert_located,
@@ -18,6 +17,7 @@ from helpers_workspace import (
     plan,
     store_is_untouched,
 )
+
 from marinbuild.errors import GraphError, LoadError, MarinbuildError
 
 
@@ -107,7 +107,11 @@ CLI_CASES = {
         "did you mean 'ok'?",
     ),
     "label_of_missing_file_in_other_package": (
-        {"p/BUILD.marin": "filegroup(name = 'x', srcs = ['//q:data.txt'])\n", "q/BUILD.marin": "", "q/data.txt.bak": ""},
+        {
+            "p/BUILD.marin": "filegroup(name = 'x', srcs = ['//q:data.txt'])\n",
+            "q/BUILD.marin": "",
+            "q/data.txt.bak": "",
+        },
         "//p:x",
         ("p/BUILD.marin", 1, "//p:x depends on '//q:data.txt', which is neither a target of //q nor a file in it"),
         None,
@@ -115,7 +119,11 @@ CLI_CASES = {
     "unknown_make_variable": (
         {"p/BUILD.marin": "\ngenrule(\n    name = 'x',\n    outs = ['a'],\n    cmd = 'echo $(FOO) > $@',\n)\n"},
         "//p:x",
-        ("p/BUILD.marin", 2, "genrule 'x': unknown variable '$(FOO)' in cmd; write '$$' for a literal '$' (e.g. '$$(date)')"),
+        (
+            "p/BUILD.marin",
+            2,
+            "genrule 'x': unknown variable '$(FOO)' in cmd; write '$$' for a literal '$' (e.g. '$$(date)')",
+        ),
         None,
     ),
 }
@@ -238,22 +246,42 @@ def test_errors_in_a_loaded_star_file_are_located_there(tmp_path):
     files = {"p/BUILD.marin": "load('//rules:m.star', 'mac')\n", "rules/m.star": "\ndef mac(name)\n    pass\n"}
     assert_located(str(_load_error(tmp_path, files)), "rules/m.star", 2, "Parse error: unexpected new line here")
     files = {"p/BUILD.marin": "load('//rules:m.star', 'X')\n", "rules/m.star": "\n\nX = {}['missing']\n"}
-    assert_located(str(_load_error(tmp_path / "2", files)), "rules/m.star", 3, "Key `\"missing\"` was not found")
+    assert_located(str(_load_error(tmp_path / "2", files)), "rules/m.star", 3, 'Key `"missing"` was not found')
 
 
 @pytest.mark.parametrize(
     ("build_file", "extra", "line", "message"),
     [
         # a symbol the .star file does not define
-        ("\nload('//rules:d.star', 'Y')\n", {"rules/d.star": "X = 1\n"}, 2, "Module has no symbol `Y`, did you mean `X`?"),
+        (
+            "\nload('//rules:d.star', 'Y')\n",
+            {"rules/d.star": "X = 1\n"},
+            2,
+            "Module has no symbol `Y`, did you mean `X`?",
+        ),
         # a bad label
-        ("load('//a/../b:m.star', 'm')\n", {}, 1, "load('//a/../b:m.star'): invalid package path 'a/../b' in '//a/../b:m.star'"),
+        (
+            "load('//a/../b:m.star', 'm')\n",
+            {},
+            1,
+            "load('//a/../b:m.star'): invalid package path 'a/../b' in '//a/../b:m.star'",
+        ),
         # not a .star file
-        ("\n\nload('//rules:defs.py', 'm')\n", {"rules/defs.py": "m = 1\n"}, 3, "load('//rules:defs.py'): no .star file rules/defs.py"),
+        (
+            "\n\nload('//rules:defs.py', 'm')\n",
+            {"rules/defs.py": "m = 1\n"},
+            3,
+            "load('//rules:defs.py'): no .star file rules/defs.py",
+        ),
         # a missing file named relative to the package
         ("load(':gone.star', 'A')\n", {}, 1, "load(':gone.star'): no .star file p/gone.star"),
         # the path also appears in a comment above the load
-        ("# helpers come from ':gone.star'\nload(':gone.star', 'A')\n", {}, 2, "load(':gone.star'): no .star file p/gone.star"),
+        (
+            "# helpers come from ':gone.star'\nload(':gone.star', 'A')\n",
+            {},
+            2,
+            "load(':gone.star'): no .star file p/gone.star",
+        ),
     ],
 )
 def test_bad_loads(tmp_path, build_file, extra, line, message):
@@ -328,27 +356,72 @@ def test_unknown_and_missing_attributes(tmp_path, source, line, message, hint):
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        ("filegroup(name = 'x', tags = 'manual')", "filegroup 'x': attribute 'tags': expected a list of strings, got 'manual'"),
-        ("filegroup(name = 'x', srcs = ':a')", "filegroup 'x': attribute 'srcs': expected a list of labels, got str ':a'"),
+        (
+            "filegroup(name = 'x', tags = 'manual')",
+            "filegroup 'x': attribute 'tags': expected a list of strings, got 'manual'",
+        ),
+        (
+            "filegroup(name = 'x', srcs = ':a')",
+            "filegroup 'x': attribute 'srcs': expected a list of labels, got str ':a'",
+        ),
         ("filegroup(name = 'x', srcs = [1])", "filegroup 'x': attribute 'srcs': expected a label string, got int 1"),
-        ("filegroup(name = 'x', description = 3)", "filegroup 'x': attribute 'description': expected a string, got int 3"),
-        ("genrule(name = 'x', outs = ['a'], cmd = True)", "genrule 'x': attribute 'cmd': expected a string, got bool True"),
+        (
+            "filegroup(name = 'x', description = 3)",
+            "filegroup 'x': attribute 'description': expected a string, got int 3",
+        ),
+        (
+            "genrule(name = 'x', outs = ['a'], cmd = True)",
+            "genrule 'x': attribute 'cmd': expected a string, got bool True",
+        ),
         ("filegroup(name = 'x', resources = [])", "filegroup 'x': attribute 'resources': expected a dict, got list []"),
-        ("filegroup(name = 'x', resources = {'gpu': 1})", "filegroup 'x': unknown resource fields ['gpu']; known: accelerator, accelerator_count, cpu, hosts, memory_gb, slices"),
-        ("py_step(name = 'x', fn = 'steps:f')", "py_step 'x': attribute 'fn': expected 'FILE_LABEL:function' naming a .py file and a function, got 'steps:f'"),
-        ("py_step(name = 'x', fn = 's.py:f', config = {1: 2})", "py_step 'x': attribute 'config': dict keys must be strings, got int 1"),
-        ("filegroup(name = 'x', srcs = [':a', '//p:a'])", "filegroup 'x': attribute 'srcs': duplicate labels ['//p:a']"),
-        ("filegroup(name = 'x', srcs = ['a b'])", "filegroup 'x': attribute 'srcs': invalid target name 'a b' in 'a b'"),
+        (
+            "filegroup(name = 'x', resources = {'gpu': 1})",
+            "filegroup 'x': unknown resource fields ['gpu']; known: accelerator, accelerator_count, cpu, hosts, memory_gb, slices",
+        ),
+        (
+            "py_step(name = 'x', fn = 'steps:f')",
+            "py_step 'x': attribute 'fn': expected 'FILE_LABEL:function' naming a .py file and a function, got 'steps:f'",
+        ),
+        (
+            "py_step(name = 'x', fn = 's.py:f', config = {1: 2})",
+            "py_step 'x': attribute 'config': dict keys must be strings, got int 1",
+        ),
+        (
+            "filegroup(name = 'x', srcs = [':a', '//p:a'])",
+            "filegroup 'x': attribute 'srcs': duplicate labels ['//p:a']",
+        ),
+        (
+            "filegroup(name = 'x', srcs = ['a b'])",
+            "filegroup 'x': attribute 'srcs': invalid target name 'a b' in 'a b'",
+        ),
         ("filegroup(name = 'x', srcs = ['//q:'])", "filegroup 'x': attribute 'srcs': empty target name in '//q:'"),
         ("filegroup(name = 'x', srcs = ['//'])", "filegroup 'x': attribute 'srcs': '//' names no target"),
-        ("genrule(name = 'x', outs = ['o'], cmd = '$(location //a/../b)')", "genrule 'x': attribute 'cmd': invalid package path 'a/../b' in '//a/../b'"),
+        (
+            "genrule(name = 'x', outs = ['o'], cmd = '$(location //a/../b)')",
+            "genrule 'x': attribute 'cmd': invalid package path 'a/../b' in '//a/../b'",
+        ),
         # genrule's own checks
         ("genrule(name = 'x', outs = [], cmd = 'true')", "genrule 'x': genrule needs at least one entry in 'outs'"),
-        ("genrule(name = 'x', outs = ['../o'], cmd = 'true')", "genrule 'x': output '../o' must be a relative path without '.', '..' or empty parts"),
-        ("genrule(name = 'x', outs = ['o', 'o'], cmd = 'true')", "genrule 'x': duplicate entries in 'outs': ['o', 'o']"),
-        ("genrule(name = 'x', outs = ['o', 'p'], cmd = 'echo > $@')", "genrule 'x': '$@' needs exactly one output, this genrule declares 2; use $(OUTS)"),
-        ("genrule(name = 'x', outs = ['o'], cmd = 'cat $(location :a) > $@')", "genrule 'x': '$(location //p:a)': the label must also be listed in srcs"),
-        ("genrule(name = 'x', outs = ['o'], cmd = 'echo $(HOME) > $@')", "genrule 'x': unknown variable '$(HOME)' in cmd; write '$$' for a literal '$' (e.g. '$$(date)')"),
+        (
+            "genrule(name = 'x', outs = ['../o'], cmd = 'true')",
+            "genrule 'x': output '../o' must be a relative path without '.', '..' or empty parts",
+        ),
+        (
+            "genrule(name = 'x', outs = ['o', 'o'], cmd = 'true')",
+            "genrule 'x': duplicate entries in 'outs': ['o', 'o']",
+        ),
+        (
+            "genrule(name = 'x', outs = ['o', 'p'], cmd = 'echo > $@')",
+            "genrule 'x': '$@' needs exactly one output, this genrule declares 2; use $(OUTS)",
+        ),
+        (
+            "genrule(name = 'x', outs = ['o'], cmd = 'cat $(location :a) > $@')",
+            "genrule 'x': '$(location //p:a)': the label must also be listed in srcs",
+        ),
+        (
+            "genrule(name = 'x', outs = ['o'], cmd = 'echo $(HOME) > $@')",
+            "genrule 'x': unknown variable '$(HOME)' in cmd; write '$$' for a literal '$' (e.g. '$$(date)')",
+        ),
     ],
 )
 def test_mistyped_and_invalid_attributes(tmp_path, call, message):
@@ -369,7 +442,9 @@ def test_errors_inside_macros_point_at_the_build_call(tmp_path):
         "rules/m.star": "load(':n.star', 'inner')\ndef outer(name, bad = False):\n    inner(name, bad)\n",
         "rules/n.star": "def inner(name, bad):\n    genrule(name = name, outs = [] if bad else ['o'], cmd = 'true')\n",
     }
-    assert_located(str(_load_error(tmp_path, files)), "p/BUILD.marin", 5, "genrule 'x': genrule needs at least one entry in 'outs'")
+    assert_located(
+        str(_load_error(tmp_path, files)), "p/BUILD.marin", 5, "genrule 'x': genrule needs at least one entry in 'outs'"
+    )
 
 
 MACROS = "def sweep(name, sizes):\n    for size in sizes:\n        one(name, size)\n\ndef one(name, size):\n"
@@ -397,17 +472,23 @@ def test_duplicate_target_through_a_macro(tmp_path):
         "p/BUILD.marin": "load('//rules:m.star', 'm')\n\nm('x')\n\nm('x')\n",
         "rules/m.star": "def m(name):\n    filegroup(name = name)\n",
     }
-    assert_located(str(_load_error(tmp_path, files)), "p/BUILD.marin", 5, "target 'x' is already defined at p/BUILD.marin:3")
+    assert_located(
+        str(_load_error(tmp_path, files)), "p/BUILD.marin", 5, "target 'x' is already defined at p/BUILD.marin:3"
+    )
 
 
 def test_glob_with_no_match_is_located(tmp_path):
-    error = _load_error(tmp_path, {"p/BUILD.marin": "filegroup(name = 'a')\n\nfilegroup(name = 'x', srcs = glob(['*.txt']))\n"})
+    error = _load_error(
+        tmp_path, {"p/BUILD.marin": "filegroup(name = 'a')\n\nfilegroup(name = 'x', srcs = glob(['*.txt']))\n"}
+    )
     assert_located(str(error), "p/BUILD.marin", 3, "glob(['*.txt']) matched no files in //p")
 
 
 @pytest.mark.parametrize("pattern", ["../*.txt", "/etc/*", "a/../../*"])
 def test_glob_outside_the_package_is_located(tmp_path, pattern):
-    error = _load_error(tmp_path, {"p/BUILD.marin": f"\nfilegroup(name = 'x', srcs = glob(['{pattern}']))\n", "p/a/x.txt": ""})
+    error = _load_error(
+        tmp_path, {"p/BUILD.marin": f"\nfilegroup(name = 'x', srcs = glob(['{pattern}']))\n", "p/a/x.txt": ""}
+    )
     assert_located(str(error), "p/BUILD.marin", 2, f"glob pattern '{pattern}' must stay inside the package")
 
 
@@ -471,7 +552,11 @@ def test_errors_do_not_leak_from_one_package_to_the_next(tmp_path):
         ),
         (
             # a file that belongs to a subpackage must be named through it
-            {"p/BUILD.marin": "\n\nfilegroup(name = 'x', srcs = ['sub/f.txt'])\n", "p/sub/BUILD.marin": "", "p/sub/f.txt": ""},
+            {
+                "p/BUILD.marin": "\n\nfilegroup(name = 'x', srcs = ['sub/f.txt'])\n",
+                "p/sub/BUILD.marin": "",
+                "p/sub/f.txt": "",
+            },
             "//p:x",
             "p/BUILD.marin",
             3,
@@ -489,7 +574,10 @@ def test_errors_do_not_leak_from_one_package_to_the_next(tmp_path):
             "//q:z depends on '//q:w', which is neither a target of //q nor a file in it",
         ),
         (
-            {"p/BUILD.marin": "filegroup(name = 'x', srcs = ['//q:y'])\n", "q/BUILD.marin": "\n\ngenrule(name = 'y', cmd = 'x')\n"},
+            {
+                "p/BUILD.marin": "filegroup(name = 'x', srcs = ['//q:y'])\n",
+                "q/BUILD.marin": "\n\ngenrule(name = 'y', cmd = 'x')\n",
+            },
             "//p:x",
             "q/BUILD.marin",
             3,
@@ -502,7 +590,11 @@ def test_labels_naming_nothing(tmp_path, files, pattern, file, line, message):
 
 
 def test_crossing_into_a_subpackage_has_a_hint(tmp_path):
-    files = {"p/BUILD.marin": "filegroup(name = 'x', srcs = ['sub/deep/f.txt'])\n", "p/sub/BUILD.marin": "", "p/sub/deep/f.txt": ""}
+    files = {
+        "p/BUILD.marin": "filegroup(name = 'x', srcs = ['sub/deep/f.txt'])\n",
+        "p/sub/BUILD.marin": "",
+        "p/sub/deep/f.txt": "",
+    }
     assert _plan_error(tmp_path, files, "//p:x").hint == "refer to it as '//p/sub:deep/f.txt'"
 
 
@@ -515,9 +607,16 @@ def test_crossing_into_a_subpackage_has_a_hint(tmp_path):
             [("//p:a", "p/BUILD.marin:2"), ("//p:a", "p/BUILD.marin:2")],
         ),
         (
-            {"p/BUILD.marin": "filegroup(name = 'a', srcs = [':b'])\nfilegroup(name = 'b', srcs = [':c'])\nfilegroup(name = 'c', srcs = [':a'])\n"},
+            {
+                "p/BUILD.marin": "filegroup(name = 'a', srcs = [':b'])\nfilegroup(name = 'b', srcs = [':c'])\nfilegroup(name = 'c', srcs = [':a'])\n"
+            },
             "//p:b",
-            [("//p:b", "p/BUILD.marin:2"), ("//p:c", "p/BUILD.marin:3"), ("//p:a", "p/BUILD.marin:1"), ("//p:b", "p/BUILD.marin:2")],
+            [
+                ("//p:b", "p/BUILD.marin:2"),
+                ("//p:c", "p/BUILD.marin:3"),
+                ("//p:a", "p/BUILD.marin:1"),
+                ("//p:b", "p/BUILD.marin:2"),
+            ],
         ),
         (
             # a path into the cycle is not part of it

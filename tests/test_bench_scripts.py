@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import cli_env
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -28,7 +27,11 @@ def _run(script: str, tmp_path: Path, *args: str, timeout: float = 300) -> dict:
     env = {**cli_env(), "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     done = subprocess.run(
         [sys.executable, str(BENCH / script), *args, "--json-out", str(out)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return json.loads(out.read_text())
@@ -41,13 +44,23 @@ def _positive(value: object) -> bool:
 @pytest.mark.parametrize(
     ("script", "args", "figures"),
     [
-        ("noop.py", [*TOY, "--repeat", "1", "--skip-dvc"], lambda data: [data["marinbuild"]["cold_s"], data["marinbuild"]["noop_s"]["median"]]),
+        (
+            "noop.py",
+            [*TOY, "--repeat", "1", "--skip-dvc"],
+            lambda data: [data["marinbuild"]["cold_s"], data["marinbuild"]["noop_s"]["median"]],
+        ),
         (
             "action_overhead.py",
             [*TOY, "--skip-dvc", "--skip-snakemake"],
             lambda data: [data["tools"]["marinbuild"]["cold_s"], data["tools"]["marinbuild"]["s_per_action"]],
         ),
-        ("query.py", [*TOY, "--repeat", "1"], lambda data: [value["warm"]["median"] for name, value in data.items() if name.startswith(("query", "baseline"))]),
+        (
+            "query.py",
+            [*TOY, "--repeat", "1"],
+            lambda data: [
+                value["warm"]["median"] for name, value in data.items() if name.startswith(("query", "baseline"))
+            ],
+        ),
     ],
 )
 def test_workspace_benchmarks_measure_at_a_toy_size(tmp_path, script, args, figures) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import build_json, keys, run_cli, statuses, write_files
+
 from marinbuild.store import layout, open_store
 
 BUILD = """\

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import (
     CLI_TIMEOUT_S,
     attempt_records,
@@ -166,14 +165,18 @@ def _renamed() -> str:
         pytest.param(_reformatted(), {}, id="formatting"),
         pytest.param(_renamed(), {B: "//pkg:b_renamed"}, id="rename"),
         pytest.param(
-            chain_build().replace('name = "b",', 'name = "b",\n    description = "now described",'), {}, id="description"
+            chain_build().replace('name = "b",', 'name = "b",\n    description = "now described",'),
+            {},
+            id="description",
         ),
         pytest.param(
             chain_build().replace('name = "b",', 'name = "b",\n    resources = {"cpu": 2, "memory_gb": 1},'),
             {},
             id="resources",
         ),
-        pytest.param(chain_build().replace('name = "b",', 'name = "b",\n    tags = ["slow", "nightly"],'), {}, id="tags"),
+        pytest.param(
+            chain_build().replace('name = "b",', 'name = "b",\n    tags = ["slow", "nightly"],'), {}, id="tags"
+        ),
     ],
 )
 def test_non_identity_changes_rerun_nothing(chain, build_text, renames):
@@ -380,11 +383,23 @@ def test_store_salt_disowns_every_result(chain):
 
 
 def test_two_concurrent_builds_run_each_step_once(make_workspace):
-    build = "".join(
-        f'genrule(name = "s{i}", outs = ["s{i}.txt"], cmd = "sleep 0.3; echo {i} > $@")\n' for i in range(4)
-    ) + 'genrule(name = "top", srcs = [":s0", ":s1", ":s2", ":s3"], outs = ["top.txt"], cmd = "cat $(SRCS) > $@")\n'
+    build = (
+        "".join(f'genrule(name = "s{i}", outs = ["s{i}.txt"], cmd = "sleep 0.3; echo {i} > $@")\n' for i in range(4))
+        + 'genrule(name = "top", srcs = [":s0", ":s1", ":s2", ":s3"], outs = ["top.txt"], cmd = "cat $(SRCS) > $@")\n'
+    )
     ws = make_workspace({"pkg/BUILD.marin": build})
-    command = [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "--json", "--jobs", "2", "//pkg:all"]
+    command = [
+        sys.executable,
+        "-m",
+        "marinbuild",
+        "--workspace",
+        str(ws),
+        "build",
+        "--json",
+        "--jobs",
+        "2",
+        "//pkg:all",
+    ]
     processes = [
         subprocess.Popen(command, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
         for _ in range(2)

@@ -9,8 +9,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-import marinbuild
 from conftest import (
     ac_entries,
     attempt_records,
@@ -21,6 +19,8 @@ from conftest import (
     statuses,
     store_files,
 )
+
+import marinbuild
 from marinbuild.actions.results import NullReporter
 from marinbuild.actions.scheduler import BuildOptions
 from marinbuild.session import Session
@@ -120,11 +120,15 @@ def test_dry_run_on_a_fresh_workspace_writes_nothing(make_workspace):
 
 
 def test_dry_run_lists_what_waits_dependencies_first(make_workspace):
-    ws = make_workspace({"pkg/BUILD.marin": """\
+    ws = make_workspace(
+        {
+            "pkg/BUILD.marin": """\
         genrule(name = "a", outs = ["a.txt"], cmd = "echo a > $@")
         genrule(name = "b", srcs = [":a"], outs = ["b.txt"], cmd = "cat $< > $@")
         genrule(name = "c", srcs = [":a", ":b"], outs = ["c.txt"], cmd = "cat $(SRCS) > $@")
-        """})
+        """
+        }
+    )
     rc, out, err = run_cli(ws, "build", "--dry-run", "//pkg:c")
     assert rc == 0, err
     expected = [("//pkg:a", "would-run"), ("//pkg:b", "pending"), ("//pkg:c", "pending")]
@@ -249,7 +253,9 @@ def _overlap(one: tuple[float, float], two: tuple[float, float]) -> bool:
 
 @pytest.mark.parametrize(("jobs", "parallel"), [(2, True), (1, False)])
 def test_jobs_runs_independent_steps_at_once(make_workspace, jobs, parallel):
-    ws = make_workspace({"pkg/BUILD.marin": TIMED.format(name="s1", sleep=1, extra="") + TIMED.format(name="s2", sleep=1, extra="")})
+    ws = make_workspace(
+        {"pkg/BUILD.marin": TIMED.format(name="s1", sleep=1, extra="") + TIMED.format(name="s2", sleep=1, extra="")}
+    )
     result = build_json(ws, "--jobs", str(jobs), "//pkg:all")
     one = _interval(result["by_label"]["//pkg:s1"]["output"], "s1")
     two = _interval(result["by_label"]["//pkg:s2"]["output"], "s2")
@@ -276,7 +282,10 @@ def test_jobs_runs_independent_steps_at_once(make_workspace, jobs, parallel):
 def test_declared_resources_are_never_oversubscribed(make_workspace, resources, parallel):
     extra = f", resources = {resources!r}"
     ws = make_workspace(
-        {"pkg/BUILD.marin": TIMED.format(name="h1", sleep=0.8, extra=extra) + TIMED.format(name="h2", sleep=0.8, extra=extra)}
+        {
+            "pkg/BUILD.marin": TIMED.format(name="h1", sleep=0.8, extra=extra)
+            + TIMED.format(name="h2", sleep=0.8, extra=extra)
+        }
     )
     options = BuildOptions(jobs=2, capacity=Resources(cpu=2, memory_gb=100))
     result = Session.open(ws).build(["//pkg:all"], options, NullReporter())
@@ -288,9 +297,7 @@ def test_declared_resources_are_never_oversubscribed(make_workspace, resources, 
 
 
 def test_a_step_bigger_than_the_machine_still_runs_alone(make_workspace):
-    ws = make_workspace(
-        {"pkg/BUILD.marin": TIMED.format(name="huge", sleep=0.1, extra=', resources = {"cpu": 64}')}
-    )
+    ws = make_workspace({"pkg/BUILD.marin": TIMED.format(name="huge", sleep=0.1, extra=', resources = {"cpu": 64}')})
     options = BuildOptions(jobs=2, capacity=Resources(cpu=2, memory_gb=100))
     result = Session.open(ws).build(["//pkg:all"], options, NullReporter())
     assert result.ok and result.results["//pkg:huge"].status.value == "built"

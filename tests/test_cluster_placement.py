@@ -24,7 +24,9 @@ def test_cpu_steps_ask_for_cores_and_memory() -> None:
 
 
 def test_gpu_hosts_ask_for_gpus_of_a_kind_on_each_host() -> None:
-    resources = Resources.from_json({"accelerator": "H100", "accelerator_count": 8, "hosts": 2, "cpu": 16, "memory_gb": 64}, Resources())
+    resources = Resources.from_json(
+        {"accelerator": "H100", "accelerator_count": 8, "hosts": 2, "cpu": 16, "memory_gb": 64}, Resources()
+    )
     request = placement(resources)
     assert request.processes == 2 and request.slice_head is None
     assert request.host.options() == {
@@ -88,10 +90,14 @@ def test_bad_resource_requests_say_why(value: dict, message: str) -> None:
 def test_several_hosts_for_a_single_host_rule_is_a_load_error(tmp_path) -> None:
     ws = new_workspace(
         tmp_path / "ws",
-        {"pkg/BUILD.marin": 'genrule(name = "x", outs = ["x.txt"], cmd = "true > $@",\n        resources = {"hosts": 2})\n'},
+        {
+            "pkg/BUILD.marin": 'genrule(name = "x", outs = ["x.txt"], cmd = "true > $@",\n        resources = {"hosts": 2})\n'
+        },
     )
     result = build(ws, "//pkg:x")
-    assert_bad_input(result, ws, "pkg/BUILD.marin", 1, "genrule 'x': resources ask for 2 hosts, but genrule runs on one host")
+    assert_bad_input(
+        result, ws, "pkg/BUILD.marin", 1, "genrule 'x': resources ask for 2 hosts, but genrule runs on one host"
+    )
 
 
 def test_two_v5p_64_slices_meet_through_jax_distributed_and_megascale() -> None:

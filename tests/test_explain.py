@@ -92,7 +92,10 @@ RULE_MODULE = """\
 
 def rule_workspace(make_workspace, version: int = 1, suffix: str = "") -> object:
     return make_workspace(
-        {"myrules.py": RULE_MODULE.format(version=version, suffix=suffix), "p/BUILD.marin": 'writer(name = "w", text = "hi")\n'},
+        {
+            "myrules.py": RULE_MODULE.format(version=version, suffix=suffix),
+            "p/BUILD.marin": 'writer(name = "w", text = "hi")\n',
+        },
         config='rules = ["myrules"]\n',
     )
 
@@ -107,7 +110,10 @@ def test_rule_version_and_code_drift(make_workspace):
     module.write_text(module.read_text().replace('+ ""', '+ "!"'))
     again = build_json(ws, "//p:w")
     assert statuses(again) == {"//p:w": "cached"} and again["by_label"]["//p:w"]["code_changed"] is True
-    assert "rule writer: rule code changed since this output was built (//p:w); bump the rule's version to rebuild" in again["stderr"]
+    assert (
+        "rule writer: rule code changed since this output was built (//p:w); bump the rule's version to rebuild"
+        in again["stderr"]
+    )
     drift = explain(ws, "//p:w")
     assert drift["status"] == "cached" and drift["code_changed"] is True
     assert "rule code changed since this output was built" in drift["summary"]
@@ -120,7 +126,13 @@ def test_rule_version_and_code_drift(make_workspace):
     assert strict["changes"][0].startswith("rule code is part of the key with --strict-code")
     strict_build = build_json(ws, "--strict-code", "//p:w")
     assert statuses(strict_build) == {"//p:w": "built"}
-    assert (ws / "cache/out" / strict_build["by_label"]["//p:w"]["key"][:2] / strict_build["by_label"]["//p:w"]["key"] / "out.txt").read_text() == "hi!"
+    assert (
+        ws
+        / "cache/out"
+        / strict_build["by_label"]["//p:w"]["key"][:2]
+        / strict_build["by_label"]["//p:w"]["key"]
+        / "out.txt"
+    ).read_text() == "hi!"
 
     # Bumping the version rebuilds, and explain names it.
     module.write_text(module.read_text().replace("version=1", "version=2"))

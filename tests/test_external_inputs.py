@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import build_json, keys, statuses
 
-RULE_MODULE = '''
+RULE_MODULE = """
 from pathlib import Path
 
 from marinbuild.targets import Attr, Rule
@@ -30,7 +30,7 @@ copy_outside = Rule(
     attrs={{"note": Attr(types.STRING, default="")}},
     external_inputs=lambda attrs: {{"data.txt": OUTSIDE}},
 )
-'''
+"""
 
 
 def _workspace(make_workspace, outside: Path, name: str | None = None) -> Path:

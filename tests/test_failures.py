@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import (
     ac_entries,
     attempt_logs,
@@ -113,11 +112,16 @@ def test_failures_are_not_cached_and_fixing_the_command_builds(make_workspace):
     assert [r["status"] for r in attempt_records(store, key)] == ["failed", "failed"]
     assert len(attempt_logs(store, key)) == 2
 
-    (ws / "pkg/BUILD.marin").write_text(
-        (ws / "pkg/BUILD.marin").read_text().replace(BAD_CMD, "echo fixed > $@")
-    )
+    (ws / "pkg/BUILD.marin").write_text((ws / "pkg/BUILD.marin").read_text().replace(BAD_CMD, "echo fixed > $@"))
     fixed = build_json(ws, "//pkg:all")
-    assert statuses(fixed) == {BAD: "built", AFTER: "built", AFTER2: "built", GOOD1: "cached", GOOD2: "cached", JOIN: "built"}
+    assert statuses(fixed) == {
+        BAD: "built",
+        AFTER: "built",
+        AFTER2: "built",
+        GOOD1: "cached",
+        GOOD2: "cached",
+        JOIN: "built",
+    }
     assert output_text(fixed, JOIN, "join.txt") == "g1\ng2\nfixed\n"
     new_key = fixed["by_label"][BAD]["key"]
     assert [r["status"] for r in attempt_records(store, new_key)] == ["succeeded"]

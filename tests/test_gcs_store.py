@@ -15,8 +15,8 @@ from pathlib import Path
 
 import blake3
 import pytest
-
 from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses
+
 from marinbuild import provenance
 from marinbuild.errors import StoreError
 from marinbuild.store import AttemptStatus, layout, open_store, reporting_transfers
@@ -176,11 +176,14 @@ def test_two_workspaces_share_one_gcs_store(make_workspace, gcs_bucket):
     assert json.loads((model / "model" / "config.json").read_text()) == {"layers": 2}
 
 
-CHAIN = "\n".join(
-    f"genrule(name = 's{i}', srcs = {[f':s{i - 1}'] if i else []!r}, outs = ['s{i}.txt'], "
-    f"cmd = 'sleep 0.4; {{ cat $(SRCS) /dev/null; echo {i}; }} > $@')"
-    for i in range(4)
-) + "\ngenrule(name = 'side', outs = ['side.txt'], cmd = 'sleep 0.4; echo side > $@')\n"
+CHAIN = (
+    "\n".join(
+        f"genrule(name = 's{i}', srcs = {[f':s{i - 1}'] if i else []!r}, outs = ['s{i}.txt'], "
+        f"cmd = 'sleep 0.4; {{ cat $(SRCS) /dev/null; echo {i}; }} > $@')"
+        for i in range(4)
+    )
+    + "\ngenrule(name = 'side', outs = ['side.txt'], cmd = 'sleep 0.4; echo side > $@')\n"
+)
 
 
 def _builder(ws: Path, store: str, *args: str) -> subprocess.Popen:
@@ -240,7 +243,9 @@ RESUMABLE_RULE = """\
     """
 
 
-def test_sigkilled_lease_holder_is_taken_over_on_another_machine_and_resumed(make_workspace, gcs_bucket, tmp_path, monkeypatch):
+def test_sigkilled_lease_holder_is_taken_over_on_another_machine_and_resumed(
+    make_workspace, gcs_bucket, tmp_path, monkeypatch
+):
     """Two workspaces with their own local caches stand for two machines: B waits for A's
     lease, tails A's log meanwhile, takes over after A is killed and resumes from the
     checkpoint A left in the store."""
@@ -292,7 +297,9 @@ def test_a_runner_whose_lease_is_taken_stops_its_action_and_does_not_publish(mak
         time.sleep(0.05)
     (lock,) = store.list("locks")
     data, generation = store.read_versioned(lock)
-    store.write_if_generation(lock, json.dumps({**json.loads(data), "token": "thief", "user": "thief"}).encode(), generation)
+    store.write_if_generation(
+        lock, json.dumps({**json.loads(data), "token": "thief", "user": "thief"}).encode(), generation
+    )
     started = time.monotonic()
     out, err = builder.communicate(timeout=CLI_TIMEOUT_S)
     assert time.monotonic() - started < 10, "the action was not stopped"
@@ -330,11 +337,14 @@ def test_damaged_stored_output_is_never_served_and_is_rebuilt(make_workspace, gc
     assert not bucket_problems(fs, f"{gcs_bucket}/dmg")
 
 
-BIG_OUTPUTS = "\n".join(
-    f"genrule(name = 'big{i}', outs = ['part' + str(j) + '.bin' for j in range(4)], "
-    f"cmd = 'for f in $(OUTS); do head -c 1500000 /dev/urandom > $$f; done')"
-    for i in range(3)
-) + "\n"
+BIG_OUTPUTS = (
+    "\n".join(
+        f"genrule(name = 'big{i}', outs = ['part' + str(j) + '.bin' for j in range(4)], "
+        f"cmd = 'for f in $(OUTS); do head -c 1500000 /dev/urandom > $$f; done')"
+        for i in range(3)
+    )
+    + "\n"
+)
 
 
 def test_killed_uploads_never_leave_an_entry_pointing_at_partial_data(make_workspace, gcs_bucket, fake_gcs_server):
@@ -382,7 +392,9 @@ def test_a_copied_store_still_hits(make_workspace, gcs_bucket, fake_gcs_server, 
 
 class _Forbidden(BaseHTTPRequestHandler):
     def _deny(self) -> None:
-        body = json.dumps({"error": {"code": 403, "message": "caller does not have storage.objects.get access"}}).encode()
+        body = json.dumps(
+            {"error": {"code": 403, "message": "caller does not have storage.objects.get access"}}
+        ).encode()
         self.send_response(403)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

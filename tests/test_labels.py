@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers_workspace import build, error_line, new_workspace, plan, requested, run_cli, store_is_untouched
+
 from marinbuild.errors import GraphError, LabelError, MarinbuildError
 from marinbuild.labels import Label, PatternKind, parse_label, parse_pattern
 
@@ -54,7 +54,11 @@ def test_short_form_is_printed_in_full():
 def test_labels_are_values():
     assert parse_label(":c", "a") == parse_label("//a:c") == Label("a", "c")
     assert len({parse_label(":c", "a"), parse_label("//a:c"), parse_label("//a")}) == 2
-    assert sorted([Label("b", "a"), Label("a", "z"), Label("a", "b")]) == [Label("a", "b"), Label("a", "z"), Label("b", "a")]
+    assert sorted([Label("b", "a"), Label("a", "z"), Label("a", "b")]) == [
+        Label("a", "b"),
+        Label("a", "z"),
+        Label("b", "a"),
+    ]
     assert Label("a", "b").sibling("c") == Label("a", "c")
 
 
@@ -243,7 +247,16 @@ def test_package_and_exact_patterns(pattern_ws, patterns, expected):
     [
         (
             ["//..."],
-            ["//:root", "//p:a", "//p:uses_m", "//p/nobuild/deeper:e", "//p/sub:s", "//p/sub/deeper:d", "//q:q", "//q:q2"],
+            [
+                "//:root",
+                "//p:a",
+                "//p:uses_m",
+                "//p/nobuild/deeper:e",
+                "//p/sub:s",
+                "//p/sub/deeper:d",
+                "//q:q",
+                "//q:q2",
+            ],
         ),
         (["//p/..."], ["//p:a", "//p:uses_m", "//p/nobuild/deeper:e", "//p/sub:s", "//p/sub/deeper:d"]),
         (["//p/sub/..."], ["//p/sub:s", "//p/sub/deeper:d"]),

@@ -26,14 +26,18 @@ def test_a_teammate_reuses_the_pipeline_and_reads_inputs_from_the_bucket(tmp_pat
     built = _build(alice, store, "//exp:all")
     assert set(statuses(built).values()) == {"built"}
 
-    extra_eval = '\neval_lm(name = "eval_wide", model = ":model", data = [":tokens"], batch_size = 2, max_batches = 1)\n'
+    extra_eval = (
+        '\neval_lm(name = "eval_wide", model = ":model", data = [":tokens"], batch_size = 2, max_batches = 1)\n'
+    )
     bob = _workspace(tmp_path / "bob", _build_file() + extra_eval)
     shared = _build(bob, store, "//exp:all")
     found = statuses(shared)
     assert found.pop("//exp:eval_wide") == "built"
     assert set(found.values()) == {"cached"}, "Bob's build of Alice's targets runs nothing"
     (only_tree,) = _downloaded_trees(bob)  # eval_wide's own output, kept at publish
-    assert [path.name for path in only_tree.iterdir()] == ["metrics.json"], "the model and token caches were read from the bucket, not downloaded"
+    assert [path.name for path in only_tree.iterdir()] == ["metrics.json"], (
+        "the model and token caches were read from the bucket, not downloaded"
+    )
     evaluated = next(item for item in shared["targets"] if item["label"] == "//exp:eval_wide")
     rc, out, err = run_cli(bob, "where", "//exp:eval_wide", store=store)
     assert rc == 0, err

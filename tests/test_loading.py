@@ -9,7 +9,6 @@ import sys
 import textwrap
 
 import pytest
-
 from helpers_workspace import (
     build,
     error_line,
@@ -20,6 +19,7 @@ from helpers_workspace import (
     store_is_untouched,
     write_files,
 )
+
 from marinbuild.errors import LoadError, WorkspaceError
 from marinbuild.packages import open_workspace
 from marinbuild.session import Session
@@ -39,7 +39,9 @@ def test_empty_marinbuild_toml_marks_the_root(tmp_path):
 
 def test_pyproject_with_a_tool_marinbuild_table_marks_the_root(tmp_path):
     ws = tmp_path / "ws"
-    write_files(ws, {"pyproject.toml": '[project]\nname = "x"\n\n[tool.marinbuild]\nstore = "out/store"\njobs = 3\n', "a/x": ""})
+    write_files(
+        ws, {"pyproject.toml": '[project]\nname = "x"\n\n[tool.marinbuild]\nstore = "out/store"\njobs = 3\n', "a/x": ""}
+    )
     workspace = open_workspace(ws / "a")
     assert workspace.root == ws.resolve()
     assert workspace.config_file.name == "pyproject.toml"
@@ -55,7 +57,9 @@ def test_empty_tool_marinbuild_table_is_enough(tmp_path):
 
 def test_pyproject_without_the_table_is_not_a_root(tmp_path):
     ws = new_workspace(tmp_path / "ws")
-    write_files(ws, {"lib/pyproject.toml": '[project]\nname = "lib"\n\n[tool.ruff]\nline-length = 100\n', "lib/src/x": ""})
+    write_files(
+        ws, {"lib/pyproject.toml": '[project]\nname = "lib"\n\n[tool.ruff]\nline-length = 100\n', "lib/src/x": ""}
+    )
     assert open_workspace(ws / "lib" / "src").root == ws.resolve()
 
 
@@ -83,7 +87,10 @@ def test_unknown_setting_is_an_error(tmp_path, config_name):
         open_workspace(ws)
     config = ws.resolve() / config_name
     assert caught.value.message == f"{config}: unknown settings ['bogus', 'stroe']"
-    assert caught.value.hint == "known settings: ['executor', 'ignore', 'jobs', 'ray_address', 'ray_shared_scratch', 'rules', 'store']"
+    assert (
+        caught.value.hint
+        == "known settings: ['executor', 'ignore', 'jobs', 'ray_address', 'ray_shared_scratch', 'rules', 'store']"
+    )
 
 
 def test_invalid_toml_is_an_error(tmp_path):
@@ -150,7 +157,9 @@ def test_cli_unknown_setting_exits_2(tmp_path):
     ws = new_workspace(tmp_path / "ws", {"p/BUILD.marin": 'filegroup(name = "a")\n'}, config="colour = true\n")
     result = build(ws, "//p:a")
     assert result.rc == 2
-    assert error_line(result.stderr) == f"marinbuild: error: {ws.resolve()}/marinbuild.toml: unknown settings ['colour']"
+    assert (
+        error_line(result.stderr) == f"marinbuild: error: {ws.resolve()}/marinbuild.toml: unknown settings ['colour']"
+    )
     assert store_is_untouched(ws)
 
 
@@ -181,7 +190,11 @@ def test_builtin_rules_are_globals_and_targets_are_recorded_in_order(tmp_path):
     assert list(package.targets) == ["files", "gen", "step"]
     files, gen, step = package.targets.values()
     assert (files.rule.name, gen.rule.name, step.rule.name) == ("filegroup", "genrule", "py_step")
-    assert [str(t.location) for t in package.targets.values()] == ["p/BUILD.marin:2", "p/BUILD.marin:4", "p/BUILD.marin:10"]
+    assert [str(t.location) for t in package.targets.values()] == [
+        "p/BUILD.marin:2",
+        "p/BUILD.marin:4",
+        "p/BUILD.marin:10",
+    ]
     assert str(gen.label) == "//p:gen"
     # Labels are made absolute; omitted attributes take their defaults.
     assert dict(gen.attrs) == {
@@ -424,25 +437,40 @@ def test_glob_trailing_double_star_matches_every_file_below(tmp_path, call, expe
 
 
 def test_glob_does_not_descend_into_subpackages(tmp_path):
-    ws = new_workspace(tmp_path / "ws", {**GLOB_FILES, "p/BUILD.marin": "filegroup(name = 'g', srcs = glob(['**/*']))\n"})
+    ws = new_workspace(
+        tmp_path / "ws", {**GLOB_FILES, "p/BUILD.marin": "filegroup(name = 'g', srcs = glob(['**/*']))\n"}
+    )
     srcs = loader_for(ws).package("p").targets["g"].attrs["srcs"]
     assert srcs == [
         f"//p:{name}"
-        for name in [".hidden.txt", "a.txt", "b.txt", "c.md", "data/deep/y.txt", "data/deep/z.json", "data/x.txt", "dir.txt/file.bin"]
+        for name in [
+            ".hidden.txt",
+            "a.txt",
+            "b.txt",
+            "c.md",
+            "data/deep/y.txt",
+            "data/deep/z.json",
+            "data/x.txt",
+            "dir.txt/file.bin",
+        ]
     ]
     write_files(ws, {"p/sub/BUILD.marin": "filegroup(name = 's', srcs = glob(['**/*.txt']))\n"})
     assert loader_for(ws).package("p/sub").targets["s"].attrs["srcs"] == ["//p/sub:inner/t.txt", "//p/sub:s.txt"]
 
 
 def test_glob_results_are_source_files_of_the_graph(tmp_path):
-    ws = new_workspace(tmp_path / "ws", {**GLOB_FILES, "p/BUILD.marin": "filegroup(name = 'g', srcs = glob(['data/**/*']))\n"})
+    ws = new_workspace(
+        tmp_path / "ws", {**GLOB_FILES, "p/BUILD.marin": "filegroup(name = 'g', srcs = glob(['data/**/*']))\n"}
+    )
     graph = plan(ws, "//p:g")
     assert sorted(graph.sources) == ["//p:data/deep/y.txt", "//p:data/deep/z.json", "//p:data/x.txt"]
     assert graph.sources["//p:data/x.txt"].path == ws / "p" / "data" / "x.txt"
 
 
 def test_glob_with_no_match_is_an_error_unless_allowed(tmp_path):
-    ws = new_workspace(tmp_path / "ws", {**GLOB_FILES, "p/BUILD.marin": "filegroup(name = 'g', srcs = glob(['*.csv']))\n"})
+    ws = new_workspace(
+        tmp_path / "ws", {**GLOB_FILES, "p/BUILD.marin": "filegroup(name = 'g', srcs = glob(['*.csv']))\n"}
+    )
     with pytest.raises(LoadError) as caught:
         loader_for(ws).package("p")
     assert caught.value.message == "glob(['*.csv']) matched no files in //p"
@@ -450,7 +478,9 @@ def test_glob_with_no_match_is_an_error_unless_allowed(tmp_path):
 
 
 def test_glob_matching_only_subpackage_files_is_empty(tmp_path):
-    ws = new_workspace(tmp_path / "ws", {**GLOB_FILES, "p/BUILD.marin": "filegroup(name = 'g', srcs = glob(['sub/*.txt']))\n"})
+    ws = new_workspace(
+        tmp_path / "ws", {**GLOB_FILES, "p/BUILD.marin": "filegroup(name = 'g', srcs = glob(['sub/*.txt']))\n"}
+    )
     with pytest.raises(LoadError) as caught:
         loader_for(ws).package("p")
     assert caught.value.message == "glob(['sub/*.txt']) matched no files in //p"
@@ -578,7 +608,9 @@ def test_edits_are_seen_by_the_next_load(tmp_path):
     (ws / "p" / "d" / "BUILD.marin").write_text("")
     assert _targets(ws, "//p:files")["//p:files"][1]["srcs"] == ["//p:a.txt", "//p:c.txt"]
     # The BUILD file itself: a line moves, a target is renamed.
-    (ws / "p" / "BUILD.marin").write_text((ws / "p" / "BUILD.marin").read_text().replace('make(name = "gen")', '\nmake(name = "gen2")'))
+    (ws / "p" / "BUILD.marin").write_text(
+        (ws / "p" / "BUILD.marin").read_text().replace('make(name = "gen")', '\nmake(name = "gen2")')
+    )
     targets = _targets(ws, "//p:all")
     assert sorted(targets) == ["//p:files", "//p:gen2"]
     assert targets["//p:gen2"][0] == "p/BUILD.marin:4"
@@ -591,6 +623,9 @@ def test_an_error_is_reported_on_every_load_until_fixed(tmp_path):
     for _ in range(2):
         with pytest.raises(LoadError) as caught:
             _targets(ws, "//p:all")
-        assert str(caught.value) == "p/BUILD.marin:3: genrule 'gen': unknown variable '$(X)' in cmd; write '$$' for a literal '$' (e.g. '$$(date)')"
+        assert (
+            str(caught.value)
+            == "p/BUILD.marin:3: genrule 'gen': unknown variable '$(X)' in cmd; write '$$' for a literal '$' (e.g. '$$(date)')"
+        )
     (ws / "rules" / "inner.star").write_text('CMD = "echo ok > $@"\n')
     assert _targets(ws, "//p:gen")["//p:gen"][1]["cmd"] == "echo ok > $@"

@@ -18,7 +18,12 @@ def test_a_mixture_is_one_label_or_weights_over_labels() -> None:
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [({":a": -1}, "non-negative number"), ({":a": True}, "non-negative number"), ({":a": 0}, "positive weight"), (3, "expected a dict")],
+    [
+        ({":a": -1}, "non-negative number"),
+        ({":a": True}, "non-negative number"),
+        ({":a": 0}, "positive weight"),
+        (3, "expected a dict"),
+    ],
 )
 def test_bad_mixtures_say_why(value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -6,8 +6,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from conftest import attempt_logs, attempt_records, build_json, output_text, statuses, write_files
 
 G, P, AFTER = "//pkg:g", "//pkg:p", "//pkg:after_p"
@@ -68,9 +66,7 @@ STEPS = """\
 
 
 def workspace(make_workspace, fn: str = "steps.py:make", config: dict | None = None) -> Path:
-    return make_workspace(
-        {"pkg/BUILD.marin": BUILD.format(fn=fn, config=config or {"n": 3}), "pkg/steps.py": STEPS}
-    )
+    return make_workspace({"pkg/BUILD.marin": BUILD.format(fn=fn, config=config or {"n": 3}), "pkg/steps.py": STEPS})
 
 
 def set_build(ws: Path, fn: str = "steps.py:make", config: dict | None = None) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers_workspace import new_workspace
+
 from marinbuild.errors import GraphError, LoadError, QueryError
 from marinbuild.session import Session
 
@@ -101,12 +101,28 @@ def labels(ws, expression: str, **kwargs) -> list[str]:
         ("//train:all", ["//train:report", "//train:small", "//train:large"]),
         (
             "//data:*",
-            ["//data:loud", "//data:clean", "//data:stopwords.txt", "//data:raw", "//data:raw.txt", "//data:BUILD.marin"],
+            [
+                "//data:loud",
+                "//data:clean",
+                "//data:stopwords.txt",
+                "//data:raw",
+                "//data:raw.txt",
+                "//data:BUILD.marin",
+            ],
         ),
         ("//tok:all-targets", ["//tok:tokenized", "//tok:bpe", "//tok:BUILD.marin"]),
         (
             "//...",
-            ["//train:report", "//train:small", "//train:large", "//tok:tokenized", "//tok:bpe", "//data:loud", "//data:clean", "//data:raw"],
+            [
+                "//train:report",
+                "//train:small",
+                "//train:large",
+                "//tok:tokenized",
+                "//tok:bpe",
+                "//data:loud",
+                "//data:clean",
+                "//data:raw",
+            ],
         ),
         ("//t...", None),
     ],
@@ -133,23 +149,52 @@ def test_relative_patterns_resolve_against_the_current_directory(ws):
         ("deps(//train:small)", SMALL_DEPS),
         ("deps(//train:small, 0)", ["//train:small"]),
         ("deps(//train:small, 1)", ["//train:small", "//train:steps.py", "//tok:tokenized"]),
-        ("deps(//train:small, 2)", ["//train:small", "//train:steps.py", "//tok:tokenized", "//tok:bpe", "//data:clean"]),
+        (
+            "deps(//train:small, 2)",
+            ["//train:small", "//train:steps.py", "//tok:tokenized", "//tok:bpe", "//data:clean"],
+        ),
         ("deps(//data:loud)", ["//data:loud", "//data:clean", "//data:stopwords.txt", "//data:raw", "//data:raw.txt"]),
         (
             "rdeps(//..., //data:raw.txt)",
-            ["//train:report", "//train:small", "//train:large", "//tok:tokenized", "//tok:bpe", "//data:loud", "//data:clean", "//data:raw", "//data:raw.txt"],
+            [
+                "//train:report",
+                "//train:small",
+                "//train:large",
+                "//tok:tokenized",
+                "//tok:bpe",
+                "//data:loud",
+                "//data:clean",
+                "//data:raw",
+                "//data:raw.txt",
+            ],
         ),
         ("rdeps(//..., //tok:bpe, 1)", ["//tok:tokenized", "//tok:bpe"]),
         ("rdeps(//..., //tok:bpe, 2)", ["//train:small", "//train:large", "//tok:tokenized", "//tok:bpe"]),
         # The universe bounds the answer: //train:large is not in deps(//train:small).
         ("rdeps(//train:small, //data:clean)", ["//train:small", "//tok:tokenized", "//tok:bpe", "//data:clean"]),
         ("rdeps(//data:all, //tok:bpe)", []),
-        ("allpaths(//train:report, //data:clean)", ["//train:report", "//train:small", "//train:large", "//tok:tokenized", "//tok:bpe", "//data:clean"]),
-        ("allpaths(//train:small, //data:stopwords.txt + //train:steps.py)", ["//train:small", "//train:steps.py", "//tok:tokenized", "//tok:bpe", "//data:clean", "//data:stopwords.txt"]),
+        (
+            "allpaths(//train:report, //data:clean)",
+            ["//train:report", "//train:small", "//train:large", "//tok:tokenized", "//tok:bpe", "//data:clean"],
+        ),
+        (
+            "allpaths(//train:small, //data:stopwords.txt + //train:steps.py)",
+            [
+                "//train:small",
+                "//train:steps.py",
+                "//tok:tokenized",
+                "//tok:bpe",
+                "//data:clean",
+                "//data:stopwords.txt",
+            ],
+        ),
         ("allpaths(//data:raw, //tok:bpe)", []),
         # A shortest path (breadth-first, dependencies in attribute order) from the first start
         # in label order that reaches an end, printed from start to end.
-        ("somepath(//train:report, //data:raw.txt)", ["//train:report", "//train:small", "//tok:tokenized", "//data:clean", "//data:raw", "//data:raw.txt"]),
+        (
+            "somepath(//train:report, //data:raw.txt)",
+            ["//train:report", "//train:small", "//tok:tokenized", "//data:clean", "//data:raw", "//data:raw.txt"],
+        ),
         ("somepath(//train:small + //data:loud, //data:clean)", ["//data:loud", "//data:clean"]),
         ("somepath(//data:raw, //tok:bpe)", []),
     ],
@@ -185,7 +230,10 @@ def test_dependency_functions(ws, expression, expected):
         ("attr(config.optimizer.name, adam, //...)", ["//train:small", "//train:large"]),
         ("attr(config.optimizer.momentum, '.*', //...)", []),
         ("attr(config, 'optimizer: {lr: 0.001, name: adam}', //...)", ["//train:small"]),
-        ("labels(srcs, //train:report + //data:clean)", ["//train:small", "//train:large", "//data:stopwords.txt", "//data:raw"]),
+        (
+            "labels(srcs, //train:report + //data:clean)",
+            ["//train:small", "//train:large", "//data:stopwords.txt", "//data:raw"],
+        ),
         ("labels(fn, //train:all)", ["//train:steps.py"]),
         ("labels(deps, //train:small)", ["//tok:tokenized"]),
         ("labels(nope, //train:small)", []),
@@ -356,17 +404,24 @@ def test_a_query_loads_only_the_packages_it_reaches(tmp_path):
 
 
 def test_a_broken_dependency_is_an_error_at_its_build_line(tmp_path):
-    broken = new_workspace(tmp_path / "ws", {"p/BUILD.marin": 'genrule(name = "a", srcs = [":nope"], outs = ["a"], cmd = "x")\n'})
+    broken = new_workspace(
+        tmp_path / "ws", {"p/BUILD.marin": 'genrule(name = "a", srcs = [":nope"], outs = ["a"], cmd = "x")\n'}
+    )
     with pytest.raises(GraphError) as caught:
         labels(broken, "deps(//p:a)")
-    assert str(caught.value) == "p/BUILD.marin:1: //p:a depends on '//p:nope', which is neither a target of //p nor a file in it"
+    assert (
+        str(caught.value)
+        == "p/BUILD.marin:1: //p:a depends on '//p:nope', which is neither a target of //p nor a file in it"
+    )
     assert labels(broken, "//p:all") == ["//p:a"]  # the edge is only followed by a traversal
 
 
 def test_cycles_do_not_hang_a_query(tmp_path):
     cyclic = new_workspace(
         tmp_path / "ws",
-        {"p/BUILD.marin": 'filegroup(name = "a", srcs = [":b"])\nfilegroup(name = "b", srcs = [":a"])\nfilegroup(name = "c", srcs = [":a"])\n'},
+        {
+            "p/BUILD.marin": 'filegroup(name = "a", srcs = [":b"])\nfilegroup(name = "b", srcs = [":a"])\nfilegroup(name = "c", srcs = [":a"])\n'
+        },
     )
     assert labels(cyclic, "deps(//p:c)") == ["//p:c", "//p:a", "//p:b"]
     assert labels(cyclic, "rdeps(//..., //p:b)") == ["//p:c", "//p:a", "//p:b"]

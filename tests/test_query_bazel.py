@@ -24,8 +24,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from helpers_workspace import write_files
+
 from marinbuild.session import Session
 
 pytestmark = pytest.mark.skipif(shutil.which("bazel") is None, reason="bazel is not installed")
@@ -123,7 +123,11 @@ def _build_file(rules: list[tuple[str, list[str], list[str]]]) -> str:
 
 def _source_files() -> dict[str, str]:
     return {
-        f"{package}/{src}": f"{src}\n" for package, rules in SPEC.items() for _name, srcs, _tags in rules for src in srcs if ":" not in src
+        f"{package}/{src}": f"{src}\n"
+        for package, rules in SPEC.items()
+        for _name, srcs, _tags in rules
+        for src in srcs
+        if ":" not in src
     }
 
 

@@ -7,8 +7,8 @@ it (exit status 2 and one error line for bad input, warnings under --keep-going)
 from __future__ import annotations
 
 import pytest
-
 from helpers_workspace import error_line, new_workspace, run_cli, store_is_untouched
+
 from marinbuild.errors import QueryError
 from marinbuild.query.expressions import FunctionCall, Let, SetLiteral, SetOperation, TargetLiteral, Variable, Word
 from marinbuild.query.parser import from_command_line, parse
@@ -27,7 +27,10 @@ def test_set_operators_have_equal_precedence_and_associate_left():
 
 def test_parentheses_group():
     assert parse("//a - (//b + //c)") == SetOperation(
-        "except", TargetLiteral("//a", 1), SetOperation("union", TargetLiteral("//b", 8), TargetLiteral("//c", 14), 12), 5
+        "except",
+        TargetLiteral("//a", 1),
+        SetOperation("union", TargetLiteral("//b", 8), TargetLiteral("//c", 14), 12),
+        5,
     )
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
 from conftest import store_files
 from helpers_workspace import new_workspace
+
 from marinbuild.actions.results import NullReporter
 from marinbuild.actions.scheduler import BuildOptions
 from marinbuild.session import Session
@@ -87,4 +87,9 @@ def test_store_functions_compose_and_ignore_source_files(ws):
     assert list(session.query("deps(//p:c) - cached(//...)").labels) == ["//p:in.txt", "//p:c", "//p:b"]
     assert list(session.query("kind(rule, deps(//p:c)) - cached(//...)").labels) == ["//p:c", "//p:b"]
     assert list(session.query("stale(//p:in.txt)").labels) == []
-    assert list(session.query("rdeps(//..., stale(//...), 1)").labels) == ["//p:c", "//p:b", "//p:after_broken", "//p:broken"]
+    assert list(session.query("rdeps(//..., stale(//...), 1)").labels) == [
+        "//p:c",
+        "//p:b",
+        "//p:after_broken",
+        "//p:broken",
+    ]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import attempt_records, build_json, cli_env, keys, run_cli, statuses
 
-STEPS = '''
+STEPS = """
 import os, time
 from pathlib import Path
 
@@ -35,13 +35,13 @@ def dies_once(ctx):
 
 def needs_a_missing_package(ctx):
     import a_package_no_worker_has  # noqa: F401
-'''
+"""
 
-BUILD = '''
+BUILD = """
 genrule(name = "words", outs = ["words.txt"], cmd = "echo the quick brown fox > $@; echo wrote words >&2")
 py_step(name = "upper", fn = "steps.py:upper", deps = [":words"])
 genrule(name = "count", srcs = [":upper"], outs = ["count.txt"], cmd = "wc -w < $< > $@")
-'''
+"""
 
 
 def _ray(address: str, *args: str) -> tuple[str, ...]:
@@ -71,8 +71,19 @@ def test_a_killed_worker_is_retried_and_both_attempts_are_recorded(make_workspac
     marker = tmp_path / "worker.pid"
     build = f'py_step(name = "flaky", fn = "steps.py:dies_once", config = {{"marker": "{marker}"}})\n'
     ws = make_workspace({"pkg/BUILD.marin": build, "pkg/steps.py": STEPS})
-    command = [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "--json", *_ray(ray_cluster, "//pkg:flaky")]
-    process = subprocess.Popen(command, cwd=ws, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = [
+        sys.executable,
+        "-m",
+        "marinbuild",
+        "--workspace",
+        str(ws),
+        "build",
+        "--json",
+        *_ray(ray_cluster, "//pkg:flaky"),
+    ]
+    process = subprocess.Popen(
+        command, cwd=ws, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     while not (marker.exists() and marker.read_text()):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
@@ -94,10 +105,13 @@ def test_a_killed_worker_is_retried_and_both_attempts_are_recorded(make_workspac
 
 
 def test_missing_resources_and_imports_fail_their_step_only(make_workspace, ray_cluster) -> None:
-    build = BUILD + '''
+    build = (
+        BUILD
+        + """
 genrule(name = "on_gpus", outs = ["x.txt"], cmd = "true > $@", resources = {"accelerator": "H100", "accelerator_count": 8})
 py_step(name = "imports", fn = "steps.py:needs_a_missing_package")
-'''
+"""
+    )
     ws = make_workspace({"pkg/BUILD.marin": build, "pkg/steps.py": STEPS})
     data = build_json(ws, *_ray(ray_cluster, "--keep-going", "--ray-placement-timeout", "3", "//pkg:all"), expect_rc=1)
     assert statuses(data) == {
@@ -127,7 +141,7 @@ def test_an_unreachable_cluster_is_a_clear_error_at_once(make_workspace) -> None
     assert not (ws / "cache" / "attempts").exists()
 
 
-PSUM_RULE = '''
+PSUM_RULE = """
 import json
 
 from marinbuild.cluster.distributed import initialize_jax
@@ -148,7 +162,7 @@ def _gather(ctx):
 
 
 gather = Rule(name="gather", impl=_gather, attrs={}, execution=Execution.SUBPROCESS, multi_host=True)
-'''
+"""
 
 
 def test_a_multi_host_step_runs_one_jax_process_per_host(make_workspace, ray_cluster) -> None:

@@ -8,18 +8,19 @@ import json
 from pathlib import Path
 
 from conftest import run_cli, statuses
+from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build, _build_file, _workspace
+
 from marinbuild.cluster.ray_host import LOCAL_DIR
 from marinbuild.store import layout, open_store
-from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build, _build_file, _workspace
 
 # Built on the cluster only: training as two JAX processes, one per (CPU) host, as on a
 # TPU slice. Another seed than :model, or its key (resources are not identity) would hit.
-TWO_HOSTS = f"""
+TWO_HOSTS = """
 train_lm(
     name = "model_on_2_hosts",
     data = ":tokens",
     model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
-    trainer = {{"steps": 4, "batch_size": 4, "checkpoint_interval": 2, "max_eval_batches": 2}},
+    trainer = {"steps": 4, "batch_size": 4, "checkpoint_interval": 2, "max_eval_batches": 2},
     seed = 1,
     resources = cpu(cores = 1, memory_gb = 1, hosts = 2),
     tags = ["manual"],
@@ -28,7 +29,19 @@ train_lm(
 
 
 def _build_on_ray(ws: Path, store: str, address: str, pattern: str = f"{PKG}:all", *options: str) -> dict:
-    rc, out, err = run_cli(ws, "build", "--json", "--executor", "ray", "--ray-address", address, *options, pattern, store=store, timeout=TRAIN_TIMEOUT_S)
+    rc, out, err = run_cli(
+        ws,
+        "build",
+        "--json",
+        "--executor",
+        "ray",
+        "--ray-address",
+        address,
+        *options,
+        pattern,
+        store=store,
+        timeout=TRAIN_TIMEOUT_S,
+    )
     assert rc == 0, f"exit {rc}\n{out}\n{err}"
     return json.loads(out)
 
@@ -37,7 +50,9 @@ def _entry(read, key: str) -> dict:
     return json.loads(read(f"ac/{key[:2]}/{key}.json"))
 
 
-def test_the_tutorial_pipeline_on_ray_and_gcs_matches_a_local_build(tmp_path, fake_gcs_server, gcs_bucket, ray_cluster) -> None:
+def test_the_tutorial_pipeline_on_ray_and_gcs_matches_a_local_build(
+    tmp_path, fake_gcs_server, gcs_bucket, ray_cluster
+) -> None:
     store = f"gs://{gcs_bucket}/mb"
     ray_ws = _workspace(tmp_path / "ray", _build_file() + TWO_HOSTS)
     on_ray = _build_on_ray(ray_ws, store, ray_cluster)
@@ -59,7 +74,11 @@ def test_the_tutorial_pipeline_on_ray_and_gcs_matches_a_local_build(tmp_path, fa
         assert remote["tree_digest"] == here["tree_digest"]
     # The timing is in the attempt records, where it may differ.
     model = ray_keys[f"{PKG}:model"]
-    [record] = [json.loads(fs.cat(path)) for path in fs.find(f"{gcs_bucket}/mb/attempts/{model[:2]}/{model}") if path.endswith(".json")]
+    [record] = [
+        json.loads(fs.cat(path))
+        for path in fs.find(f"{gcs_bucket}/mb/attempts/{model[:2]}/{model}")
+        if path.endswith(".json")
+    ]
     assert record["status"] == "succeeded" and record["measured"]["tokens_per_s"] > 0
     # Once published, no copy of its checkpoints is left: not on the host, not in the bucket.
     assert not open_store(store, LOCAL_DIR / "stores").local_path(layout.scratch(model)).exists()
@@ -73,7 +92,11 @@ def test_the_tutorial_pipeline_on_ray_and_gcs_matches_a_local_build(tmp_path, fa
     two = _build_on_ray(ray_ws, store, ray_cluster, f"{PKG}:model_on_2_hosts", "--ray-shared-scratch", str(shared))
     assert statuses(two)[f"{PKG}:model_on_2_hosts"] == "built"
     key = two["targets"][-1]["key"]
-    (record,) = [json.loads(fs.cat(path)) for path in fs.find(f"{gcs_bucket}/mb/attempts/{key[:2]}/{key}") if path.endswith(".json")]
+    (record,) = [
+        json.loads(fs.cat(path))
+        for path in fs.find(f"{gcs_bucket}/mb/attempts/{key[:2]}/{key}")
+        if path.endswith(".json")
+    ]
     log = fs.cat(f"{gcs_bucket}/mb/attempts/{key[:2]}/{key}/{record['attempt']}.log").decode()
     assert "[host 0] " in log and "[host 1] " in log
     scratch = shared / open_store(store, LOCAL_DIR / "stores").local_path("").name / layout.scratch(key)

@@ -24,15 +24,15 @@ from urllib.request import urlopen
 from xml.etree import ElementTree
 
 import pytest
+from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses, write_files
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-
-from marinbuild.report import StepStatus, diagram
-from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses, write_files
 from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build_file, _output
 from test_scaling_sweep import _workspace
+
+from marinbuild.report import StepStatus, diagram
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # apt: chromium chromium-driver
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"  # git-ignored; CI keeps what is there
@@ -79,7 +79,13 @@ def _report(ws: Path, out: Path, *patterns: str) -> Path:
 def _browser() -> WebDriver:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1300,1000"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1300,1000",
+    ):
         options.add_argument(argument)
     # No network: a report must render from its own files.
     options.add_argument("--proxy-server=127.0.0.1:9")
@@ -121,7 +127,9 @@ def test_report_in_a_browser(tmp_path: Path) -> None:
         # The runs table: the pipeline's run and the suite's, sortable.
         table = _visible(browser, "#runs-table")
         headers = [cell.text for cell in table.find_elements(By.CSS_SELECTOR, "th")]
-        assert {"optimizer.learning_rate", "model.hidden_dim", "trainer.steps", "eval_loss", "eval.loss"} <= set(headers), headers
+        assert {"optimizer.learning_rate", "model.hidden_dim", "trainer.steps", "eval_loss", "eval.loss"} <= set(
+            headers
+        ), headers
         assert "model.num_layers = 1" in _visible(browser, "#shared-hyperparameters").text
 
         def runs_column(name: str) -> list[str]:
@@ -158,12 +166,17 @@ def test_report_in_a_browser(tmp_path: Path) -> None:
         assert [forecast["budget"] for forecast in fit["forecasts"]] == [6e9, 1e11]
         for forecast in fit["forecasts"]:
             row = f"{forecast['budget']:.4g} {forecast['optimal_tokens']:.4g} [{forecast['optimal_tokens_ci'][0]:.4g}, "
-            assert row in forecasts and f"{forecast['loss']:.4g} [{forecast['loss_ci'][0]:.4g}, " in forecasts, forecasts
+            assert row in forecasts and f"{forecast['loss']:.4g} [{forecast['loss_ci'][0]:.4g}, " in forecasts, (
+                forecasts
+            )
         assert f"α = {fit['tokens_law']['alpha']:.4g} [" in scaling.text
         (checked,) = fit["held_out"]
         held_out = _visible(browser, "#held-out-table").text
         assert checked["label"] == HELD_OUT and checked["loss"] == summaries[HELD_OUT]["eval_loss"]
-        assert f"{HELD_OUT} 6e+09 {checked['loss']:.4g} {checked['forecast_loss']:.4g} {checked['relative_error']:.4g}" in held_out, held_out
+        assert (
+            f"{HELD_OUT} 6e+09 {checked['loss']:.4g} {checked['forecast_loss']:.4g} {checked['relative_error']:.4g}"
+            in held_out
+        ), held_out
 
         # The failure: which step, the error, its log tail, and the dependents skipped.
         failures = _visible(browser, "#failures")
@@ -177,7 +190,11 @@ def test_report_in_a_browser(tmp_path: Path) -> None:
         print(f"report screenshot: {screenshot}")
 
         # The failed step's page, reached from its box in the graph: the attempt and its log.
-        broken = next(link for link in links if "exp_broken-" in (link.get_dom_attribute("href") or link.get_dom_attribute("xlink:href")))
+        broken = next(
+            link
+            for link in links
+            if "exp_broken-" in (link.get_dom_attribute("href") or link.get_dom_attribute("xlink:href"))
+        )
         browser.execute_script("arguments[0].scrollIntoView()", broken)
         broken.click()
         assert browser.find_element(By.TAG_NAME, "h1").text == f"{PKG}:broken"
@@ -279,7 +296,19 @@ def test_graph_layout_with_graphviz(monkeypatch) -> None:
 
 def test_serve_regenerates_the_report_while_builds_run(make_workspace) -> None:
     ws = make_workspace(_files("echo g1 > $@"))
-    command = [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "serve", "//pkg:good2", "--port", "0", "--refresh", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "marinbuild",
+        "--workspace",
+        str(ws),
+        "serve",
+        "//pkg:good2",
+        "--port",
+        "0",
+        "--refresh",
+        "1",
+    ]
     server = subprocess.Popen(command, cwd=ws, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip()

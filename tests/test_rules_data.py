@@ -15,12 +15,12 @@ from pathlib import Path
 import blake3
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from conftest import build_json, keys, statuses, store_files
 from helpers_workspace import assert_bad_input, build
 
-pytest_plugins = ["helpers_hub"]  # the offline_hub fixture
 from rules.data import chunk_lines, stdlib_files
+
+pytest_plugins = ["helpers_hub"]  # the offline_hub fixture
 
 RULES = 'rules = ["rules.data"]\n'
 DOCS = [f"document number {i}" for i in range(8)]
@@ -93,7 +93,10 @@ def test_text_files_reads_text_parquet_and_compressed_urls(make_workspace, tmp_p
 
 def test_text_files_names_the_bad_line(make_workspace):
     ws = make_workspace(
-        {"d/BUILD.marin": 'text_files(name = "c", srcs = ["docs.jsonl"])\n', "d/docs.jsonl": jsonl(["a", "b"]) + '{"txt": "c"}\n'},
+        {
+            "d/BUILD.marin": 'text_files(name = "c", srcs = ["docs.jsonl"])\n',
+            "d/docs.jsonl": jsonl(["a", "b"]) + '{"txt": "c"}\n',
+        },
         config=RULES,
     )
     data = build_json(ws, "//d:c", expect_rc=1)
@@ -103,10 +106,22 @@ def test_text_files_names_the_bad_line(make_workspace):
 
 def test_text_files_attribute_mistakes_fail_at_load(make_workspace):
     cases = [
-        ('text_files(name = "c", srcs = ["a.jsonl"], format = "csv")\n', "text_files 'c': format must be one of ['jsonl', 'text', 'parquet'], got 'csv'"),
-        ('text_files(name = "c", srcs = ["a.jsonl"], urls = ["gs://b/x"])\n', "text_files 'c': give exactly one of srcs"),
-        ('text_files(name = "c", srcs = ["a.jsonl"], validation_fraction = 1.0)\n', "text_files 'c': validation_fraction must be between 0 and 1"),
-        ('text_files(name = "c", srcs = ["a.jsonl"], sample_count = 1)\n', "text_files 'c': sample_count must be at least 2"),
+        (
+            'text_files(name = "c", srcs = ["a.jsonl"], format = "csv")\n',
+            "text_files 'c': format must be one of ['jsonl', 'text', 'parquet'], got 'csv'",
+        ),
+        (
+            'text_files(name = "c", srcs = ["a.jsonl"], urls = ["gs://b/x"])\n',
+            "text_files 'c': give exactly one of srcs",
+        ),
+        (
+            'text_files(name = "c", srcs = ["a.jsonl"], validation_fraction = 1.0)\n',
+            "text_files 'c': validation_fraction must be between 0 and 1",
+        ),
+        (
+            'text_files(name = "c", srcs = ["a.jsonl"], sample_count = 1)\n',
+            "text_files 'c': sample_count must be at least 2",
+        ),
     ]
     for text, message in cases:
         ws = make_workspace({"d/BUILD.marin": "\n" + text, "d/a.jsonl": jsonl(["x"])}, config=RULES)
@@ -170,7 +185,11 @@ def test_hf_dataset_reads_a_pinned_snapshot(make_workspace, offline_hub):
     offline_hub.add(
         "dataset",
         "acme/subsets",
-        {"README.md": README_WITH_SUBSETS, "small/train.jsonl": jsonl(["s1", "s2"], key="content"), "big/train.jsonl": jsonl(DOCS)},
+        {
+            "README.md": README_WITH_SUBSETS,
+            "small/train.jsonl": jsonl(["s1", "s2"], key="content"),
+            "big/train.jsonl": jsonl(DOCS),
+        },
     )
     ws = make_workspace(
         {
@@ -186,14 +205,23 @@ def test_hf_dataset_reads_a_pinned_snapshot(make_workspace, offline_hub):
     tiny = data["//d:tiny"]["output"]
     assert split_texts(tiny, "validation") == [DOCS[0], DOCS[4]]
     assert split_texts(tiny, "train") == DOCS[1:4]
-    assert summary(tiny)["source"] == {"repo": "acme/tiny", "commit": offline_hub.commit, "subset": None, "split": "train", "text_key": "text"}
+    assert summary(tiny)["source"] == {
+        "repo": "acme/tiny",
+        "commit": offline_hub.commit,
+        "subset": None,
+        "split": "train",
+        "text_key": "text",
+    }
     assert split_texts(data["//d:small"]["output"], "train") == ["s2"]
     assert summary(data["//d:branch"]["output"])["source"]["commit"] == offline_hub.commit
     assert summary(data["//d:branch"]["output"])["documents"] == {"train": 6, "validation": 2}
 
 
 def test_hf_dataset_refuses_a_branch(make_workspace, offline_hub):
-    ws = make_workspace({"d/BUILD.marin": '# a moving branch\nhf_dataset(name = "c", repo = "acme/tiny", revision = "main")\n'}, config=RULES)
+    ws = make_workspace(
+        {"d/BUILD.marin": '# a moving branch\nhf_dataset(name = "c", repo = "acme/tiny", revision = "main")\n'},
+        config=RULES,
+    )
     assert_bad_input(
         build(ws, "//d:c"),
         ws,
@@ -204,7 +232,10 @@ def test_hf_dataset_refuses_a_branch(make_workspace, offline_hub):
 
 
 def test_hf_dataset_without_the_snapshot_fails_offline(make_workspace, offline_hub):
-    ws = make_workspace({"d/BUILD.marin": f'hf_dataset(name = "c", repo = "acme/absent", revision = "{offline_hub.commit}")\n'}, config=RULES)
+    ws = make_workspace(
+        {"d/BUILD.marin": f'hf_dataset(name = "c", repo = "acme/absent", revision = "{offline_hub.commit}")\n'},
+        config=RULES,
+    )
     data = build_json(ws, "//d:c", expect_rc=1)
     error = data["by_label"]["//d:c"]["reason"]
     assert error.startswith(f"cannot get dataset 'acme/absent' at revision '{offline_hub.commit}'")
@@ -215,7 +246,9 @@ def test_hf_dataset_without_the_snapshot_fails_offline(make_workspace, offline_h
 
 
 def test_python_corpus_reads_the_running_standard_library(make_workspace):
-    ws = make_workspace({"d/BUILD.marin": 'python_corpus(name = "py", sample_count = 30, chunk_characters = 1000)\n'}, config=RULES)
+    ws = make_workspace(
+        {"d/BUILD.marin": 'python_corpus(name = "py", sample_count = 30, chunk_characters = 1000)\n'}, config=RULES
+    )
     output = build_json(ws, "//d:py")["by_label"]["//d:py"]["output"]
     root = Path(sysconfig.get_paths()["stdlib"])
     expected: list[str] = []
@@ -231,10 +264,15 @@ def test_python_corpus_reads_the_running_standard_library(make_workspace):
     assert train == expected[1:30]
     assert all(len(text) <= 1000 for text in train)
     assert summary(output)["documents"] == {"train": 29, "validation": 1}
-    assert summary(output)["source"] == {"python": f"{platform.python_implementation()} {platform.python_version()}", "files": digests}
+    assert summary(output)["source"] == {
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "files": digests,
+    }
     names = [path.relative_to(root).parts for path in stdlib_files(root)]
     assert ("json", "decoder.py") in names
-    assert not [parts for parts in names if {"test", "tests", "site-packages"} & set(parts) or parts[-1].startswith("test_")]
+    assert not [
+        parts for parts in names if {"test", "tests", "site-packages"} & set(parts) or parts[-1].startswith("test_")
+    ]
 
 
 def test_chunk_lines_cuts_at_line_ends():
@@ -243,8 +281,12 @@ def test_chunk_lines_cuts_at_line_ends():
 
 
 def test_python_corpus_version_is_not_an_input(make_workspace):
-    ws = make_workspace({"d/BUILD.marin": '\npython_corpus(name = "py", python_version = "CPython 2.7.18")\n'}, config=RULES)
-    assert_bad_input(build(ws, "//d:py"), ws, "d/BUILD.marin", 2, "python_corpus 'py': python_version is set by marinbuild")
+    ws = make_workspace(
+        {"d/BUILD.marin": '\npython_corpus(name = "py", python_version = "CPython 2.7.18")\n'}, config=RULES
+    )
+    assert_bad_input(
+        build(ws, "//d:py"), ws, "d/BUILD.marin", 2, "python_corpus 'py': python_version is set by marinbuild"
+    )
 
 
 # -- determinism ----------------------------------------------------------------------------
@@ -262,4 +304,6 @@ def test_data_rules_are_byte_identical_across_stores(make_workspace, tmp_path):
     second = build_json(ws, "//d:all", store=str(tmp_path / "two"))
     assert keys(first) == keys(second)
     outputs = {name: data for name, data in store_files(tmp_path / "one").items() if name.startswith("out/")}
-    assert outputs and outputs == {name: data for name, data in store_files(tmp_path / "two").items() if name.startswith("out/")}
+    assert outputs and outputs == {
+        name: data for name, data in store_files(tmp_path / "two").items() if name.startswith("out/")
+    }

@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-import marinbuild
 from conftest import build_json, cli_env, keys, run_cli, statuses
+
+import marinbuild
 from marinbuild.provenance.rerun import check_outputs
 from marinbuild.session import Session
 from rules.lm import train_lm
@@ -28,8 +29,12 @@ PKG = "//exp"
 CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n'
 
 
-def _build_file(lr: float = 3e-3, sample_count: int = 60, resources: str = "cpu()", trainer: str | None = None, seed: int = 0) -> str:
-    trainer = trainer or '{"steps": 6, "batch_size": 4, "eval_interval": 3, "checkpoint_interval": 2, "max_eval_batches": 2}'
+def _build_file(
+    lr: float = 3e-3, sample_count: int = 60, resources: str = "cpu()", trainer: str | None = None, seed: int = 0
+) -> str:
+    trainer = (
+        trainer or '{"steps": 6, "batch_size": 4, "eval_interval": 3, "checkpoint_interval": 2, "max_eval_batches": 2}'
+    )
     return f"""
 load("//rules:lm.star", "cpu", "gpu", "llama")
 python_corpus(name = "corpus", sample_count = {sample_count}, chunk_characters = 1500, validation_fraction = 0.1)
@@ -104,7 +109,10 @@ def test_train_and_evaluate_a_tiny_model(tmp_path: Path) -> None:
     (ws / "exp" / "BUILD.marin").write_text(_build_file(seed=1))
     other = _output(_build(ws, f"{PKG}:model"), f"{PKG}:model")
     report = check_outputs(Session.open(ws, cwd=ws).cache, train_lm, key, other)
-    assert report.compared == "metrics" and {line.split(":")[0] for line in report.differences} >= {"train_loss", "eval_loss"}
+    assert report.compared == "metrics" and {line.split(":")[0] for line in report.differences} >= {
+        "train_loss",
+        "eval_loss",
+    }
 
     # What an edit reruns: resources nothing; the learning rate training and evaluation;
     # the corpus size everything downstream of the data.
@@ -112,11 +120,18 @@ def test_train_and_evaluate_a_tiny_model(tmp_path: Path) -> None:
     assert set(statuses(build_json(ws, f"{PKG}:all")).values()) == {"cached"}
     (ws / "exp" / "BUILD.marin").write_text(_build_file(lr=1e-3))
     dry = statuses(build_json(ws, "--dry-run", f"{PKG}:all"))
-    assert dry == {f"{PKG}:corpus": "cached", f"{PKG}:tokenizer": "cached", f"{PKG}:tokens": "cached",
-                   f"{PKG}:model": "would-run", f"{PKG}:eval": "pending"}
+    assert dry == {
+        f"{PKG}:corpus": "cached",
+        f"{PKG}:tokenizer": "cached",
+        f"{PKG}:tokens": "cached",
+        f"{PKG}:model": "would-run",
+        f"{PKG}:eval": "pending",
+    }
     (ws / "exp" / "BUILD.marin").write_text(_build_file(sample_count=50))
     dry = statuses(build_json(ws, "--dry-run", f"{PKG}:all"))
-    assert dry[f"{PKG}:corpus"] == "would-run" and {dry[f"{PKG}:{name}"] for name in ("tokenizer", "tokens", "model", "eval")} == {"pending"}
+    assert dry[f"{PKG}:corpus"] == "would-run" and {
+        dry[f"{PKG}:{name}"] for name in ("tokenizer", "tokens", "model", "eval")
+    } == {"pending"}
 
 
 def test_bad_attributes_fail_at_load(tmp_path: Path) -> None:
@@ -135,7 +150,11 @@ def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
 
     build = subprocess.Popen(
         [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", f"{PKG}:model"],
-        cwd=ws, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=ws,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         # Killed once the second checkpoint is saved: the first one's step is logged by then.
@@ -166,7 +185,9 @@ def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
     assert shown["tree_digest"] == json.loads(out)["tree_digest"]
 
 
-def _wait_for_checkpoint(scratch: Path, build: subprocess.Popen, at_least: int = 0, timeout: float = TRAIN_TIMEOUT_S) -> int:
+def _wait_for_checkpoint(
+    scratch: Path, build: subprocess.Popen, at_least: int = 0, timeout: float = TRAIN_TIMEOUT_S
+) -> int:
     """The step of the first complete checkpoint at step `at_least` or later that the build
     writes into its scratch space."""
     deadline = time.monotonic() + timeout
@@ -178,7 +199,6 @@ def _wait_for_checkpoint(scratch: Path, build: subprocess.Popen, at_least: int =
                 return step
         time.sleep(0.05)
     raise AssertionError("no checkpoint appeared")
-
 
 
 def test_a_checkpoint_whose_step_was_not_logged_is_not_resumed_from(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import build_json, keys, store_files
 from helpers_workspace import assert_bad_input, build
 
@@ -44,14 +43,19 @@ def test_tokenize_writes_deterministic_caches_levanter_reads(make_workspace, tmp
     output = Path(first["by_label"]["//d:tokens"]["output"])
     tokenizer_output = Path(first["by_label"]["//d:tok"]["output"])
     assert sorted(path.name for path in output.iterdir()) == ["summary.json", "tokenizer", "train", "validation"]
-    assert sorted(path.name for path in (output / "tokenizer").iterdir()) == sorted(path.name for path in tokenizer_output.iterdir())
+    assert sorted(path.name for path in (output / "tokenizer").iterdir()) == sorted(
+        path.name for path in tokenizer_output.iterdir()
+    )
     assert not filecmp.dircmp(output / "tokenizer", tokenizer_output).diff_files
 
     tokenizer = AutoTokenizer.from_pretrained(str(output / "tokenizer"))
     # The tokenizer adds BOS; Levanter appends " " and EOS to every document.
     expected = {
         split: [tokenizer(text + " " + tokenizer.eos_token)["input_ids"] for text in texts]
-        for split, texts in {"train": [t for i, t in enumerate(TEXTS[:20]) if i % 4], "validation": TEXTS[0:20:4]}.items()
+        for split, texts in {
+            "train": [t for i, t in enumerate(TEXTS[:20]) if i % 4],
+            "validation": TEXTS[0:20:4],
+        }.items()
     }
     assert all(ids[0] == tokenizer.bos_token_id and ids[-1] == tokenizer.eos_token_id for ids in expected["train"])
     assert json.loads((output / "summary.json").read_text()) == {
@@ -73,7 +77,9 @@ def test_tokenize_writes_deterministic_caches_levanter_reads(make_workspace, tmp
 
 def test_tokenize_needs_a_corpus_and_a_tokenizer(make_workspace):
     ws = make_workspace({"d/BUILD.marin": '\ntokenize(name = "tokens", data = ":text")\n'}, config=RULES)
-    assert_bad_input(build(ws, "//d:tokens"), ws, "d/BUILD.marin", 2, "tokenize 'tokens': missing mandatory attribute 'tokenizer'")
+    assert_bad_input(
+        build(ws, "//d:tokens"), ws, "d/BUILD.marin", 2, "tokenize 'tokens': missing mandatory attribute 'tokenizer'"
+    )
     ws = make_workspace(
         {
             "d/BUILD.marin": """\

@@ -8,17 +8,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
 from conftest import build_json, keys, store_files
 from helpers_workspace import assert_bad_input, build
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 pytest_plugins = ["helpers_hub"]  # the offline_hub fixture
 
 RULES = 'rules = ["rules.data", "rules.tokenizer"]\n'
 LAYOUT = ["config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
-CORPUS = "".join(json.dumps({"text": f"def function_{i}(value):\n    return value * {i} + {i * i}\n"}) + "\n" for i in range(60))
+CORPUS = "".join(
+    json.dumps({"text": f"def function_{i}(value):\n    return value * {i} + {i * i}\n"}) + "\n" for i in range(60)
+)
 
 
 def files_of(output: str | Path) -> list[str]:
@@ -60,8 +61,14 @@ def test_bpe_tokenizer_trains_a_loadable_deterministic_tokenizer(make_workspace,
 
 def test_bpe_tokenizer_attribute_mistakes_fail_at_load(make_workspace):
     cases = [
-        ('bpe_tokenizer(name = "tok", data = ":c", vocab_size = 100)\n', "bpe_tokenizer 'tok': vocab_size must be at least 259"),
-        ('bpe_tokenizer(name = "tok", data = ":c", vocab_size = 500, special_tokens = {"unk": "?"})\n', "bpe_tokenizer 'tok': special_tokens takes the roles ['bos', 'eos', 'pad'], not ['unk']"),
+        (
+            'bpe_tokenizer(name = "tok", data = ":c", vocab_size = 100)\n',
+            "bpe_tokenizer 'tok': vocab_size must be at least 259",
+        ),
+        (
+            'bpe_tokenizer(name = "tok", data = ":c", vocab_size = 500, special_tokens = {"unk": "?"})\n',
+            "bpe_tokenizer 'tok': special_tokens takes the roles ['bos', 'eos', 'pad'], not ['unk']",
+        ),
     ]
     for text, message in cases:
         ws = make_workspace({"t/BUILD.marin": "\n" + text}, config=RULES)
@@ -85,7 +92,10 @@ def _tokenizer_files(tmp_path: Path) -> dict[str, bytes]:
 def test_hf_tokenizer_from_a_pinned_hub_snapshot(make_workspace, offline_hub, tmp_path):
     model_config = {"model_type": "gpt2", "vocab_size": 5, "n_layer": 2}
     offline_hub.add("model", "acme/words", {**_tokenizer_files(tmp_path), "config.json": json.dumps(model_config)})
-    ws = make_workspace({"t/BUILD.marin": f'hf_tokenizer(name = "tok", hub = "acme/words", revision = "{offline_hub.commit}")\n'}, config=RULES)
+    ws = make_workspace(
+        {"t/BUILD.marin": f'hf_tokenizer(name = "tok", hub = "acme/words", revision = "{offline_hub.commit}")\n'},
+        config=RULES,
+    )
     output = build_json(ws, "//t:tok")["by_label"]["//t:tok"]["output"]
     assert files_of(output) == LAYOUT
     assert json.loads((Path(output) / "config.json").read_text()) == model_config
@@ -120,9 +130,15 @@ def test_hf_tokenizer_from_a_workspace_directory(make_workspace, tmp_path):
 
 def test_hf_tokenizer_refuses_a_branch_and_ambiguity(make_workspace, offline_hub):
     cases = [
-        ('hf_tokenizer(name = "tok", hub = "acme/words", revision = "v1.0")\n', "hf_tokenizer 'tok': revision 'v1.0' is not a commit hash"),
+        (
+            'hf_tokenizer(name = "tok", hub = "acme/words", revision = "v1.0")\n',
+            "hf_tokenizer 'tok': revision 'v1.0' is not a commit hash",
+        ),
         ('hf_tokenizer(name = "tok", hub = "acme/words")\n', "hf_tokenizer 'tok': a Hub tokenizer needs revision"),
-        (f'hf_tokenizer(name = "tok", hub = "acme/words", revision = "{offline_hub.commit}", dir = ":d")\n', "hf_tokenizer 'tok': give exactly one of hub (with revision) and dir"),
+        (
+            f'hf_tokenizer(name = "tok", hub = "acme/words", revision = "{offline_hub.commit}", dir = ":d")\n',
+            "hf_tokenizer 'tok': give exactly one of hub (with revision) and dir",
+        ),
     ]
     for text, message in cases:
         ws = make_workspace({"t/BUILD.marin": "\n" + text}, config=RULES)

@@ -19,7 +19,9 @@ K = 0.35
 BUDGETS = [1e16, 1e17, 1e18, 1e19, 1e20]
 
 
-def synthetic_runs(budgets=BUDGETS, offsets=(-0.6, -0.3, 0.0, 0.3, 0.6), noise: float = 0.0, seed: int = 0) -> list[Run]:
+def synthetic_runs(
+    budgets=BUDGETS, offsets=(-0.6, -0.3, 0.0, 0.3, 0.6), noise: float = 0.0, seed: int = 0
+) -> list[Run]:
     rng = np.random.default_rng(seed)
     runs = []
     for budget in budgets:
@@ -66,7 +68,9 @@ def test_the_robust_fit_ignores_an_outlier() -> None:
 
     assert optimum(robust) == pytest.approx(truth, rel=0.05)
     # Least squares, by contrast, is thrown: its parabola loses its minimum, or moves it far.
-    assert optimum(plain) is None or abs(math.log10(optimum(plain) / truth)) > 5 * abs(math.log10(optimum(robust) / truth))
+    assert optimum(plain) is None or abs(math.log10(optimum(plain) / truth)) > 5 * abs(
+        math.log10(optimum(robust) / truth)
+    )
     assert robust["tokens_law"]["alpha"] == pytest.approx(ALPHA, abs=0.005)
     outlier = next(run for run in robust["runs"] if run["label"] == bad.label)
     assert outlier["residual"] == pytest.approx(0.5, abs=0.02)
@@ -97,7 +101,11 @@ def test_a_minimum_outside_the_sweep_is_reported_and_left_out() -> None:
 
 def test_a_fit_needs_two_budgets_with_a_minimum() -> None:
     # Concave: loss highest mid-sweep, as when every candidate is far from the optimum and noisy.
-    flat = [Run(f"//s:{i}", budget, 10 ** (8 + i), budget, 3.0 - 0.1 * (i - 1.5) ** 2) for budget in (1e17, 1e18) for i in range(4)]
+    flat = [
+        Run(f"//s:{i}", budget, 10 ** (8 + i), budget, 3.0 - 0.1 * (i - 1.5) ** 2)
+        for budget in (1e17, 1e18)
+        for i in range(4)
+    ]
     with pytest.raises(StepFailed, match="convex"):
         scaling_fit.fit(flat, [], [], Settings(bootstrap=0))
 

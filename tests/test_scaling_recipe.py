@@ -45,8 +45,15 @@ def test_every_candidate_trains_within_5_percent_of_its_budget(fit: str) -> None
         # The name says the budget, width and depth; the description what a dry run shows.
         model = attrs["model"]
         name = re.fullmatch(r"(?:full-)?(?:isoflop|heldout)-([0-9.e]+)-d(\d+)-L(\d+)", label.rpartition(":")[2])
-        assert name and float(name[1]) == budget and (int(name[2]), int(name[3])) == (model["hidden_dim"], model["num_layers"])
-        assert f"{attrs['trainer']['steps']} x {attrs['trainer']['batch_size']} x {model['seq_len']}" in attrs["description"]
+        assert (
+            name
+            and float(name[1]) == budget
+            and (int(name[2]), int(name[3])) == (model["hidden_dim"], model["num_layers"])
+        )
+        assert (
+            f"{attrs['trainer']['steps']} x {attrs['trainer']['batch_size']} x {model['seq_len']}"
+            in attrs["description"]
+        )
         assert model["hidden_dim"] % model["num_heads"] == 0
 
 
@@ -71,7 +78,10 @@ def test_dry_run_and_query_over_the_full_suite(tmp_path: Path) -> None:
     rc, out, err = run_cli(REPO, "build", "--dry-run", f"{PKG}:full", store=str(tmp_path / "store"))
     assert rc == 0, err
     assert f"would-run {PKG}:fineweb_edu " in out
-    assert re.search(r"pending   //experiments/delphi:full-heldout-1e23-d\d+-L\d+ .*\n +1e23 FLOPs: d\d+ L\d+ \d+h, [0-9.e]+ non-embedding params, [0-9.e]+ tokens", out), out
+    assert re.search(
+        r"pending   //experiments/delphi:full-heldout-1e23-d\d+-L\d+ .*\n +1e23 FLOPs: d\d+ L\d+ \d+h, [0-9.e]+ non-embedding params, [0-9.e]+ tokens",
+        out,
+    ), out
     rc, out, err = run_cli(REPO, "query", f"kind(train_lm, deps({PKG}:full))")
     assert rc == 0, err
     assert len(out.split()) == 7 * 5 + 3

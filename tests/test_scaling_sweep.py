@@ -61,12 +61,23 @@ def test_adding_a_budget_reruns_only_its_runs_and_the_fit(tmp_path: Path) -> Non
 
     # Everything is built but the fit, whose inputs are all known: its key is computable.
     dry = statuses(build_json(ws, "--dry-run", f"{PKG}:all"))
-    assert dry == {**{label: "cached" for label in runs}, f"{PKG}:corpus": "cached", f"{PKG}:tokenizer": "cached",
-                   f"{PKG}:tokens": "cached", f"{PKG}:fit": "would-run"}
+    assert dry == {
+        **{label: "cached" for label in runs},
+        f"{PKG}:corpus": "cached",
+        f"{PKG}:tokenizer": "cached",
+        f"{PKG}:tokens": "cached",
+        f"{PKG}:fit": "would-run",
+    }
 
     (ws / "exp" / "BUILD.marin").write_text(_build_file([1e8, 2e8, 4e8]))
     dry = statuses(build_json(ws, "--dry-run", f"{PKG}:all"))
     (new,) = set(dry) - set(runs) - {f"{PKG}:{name}" for name in ("corpus", "tokenizer", "tokens", "fit")}
     assert new.startswith(f"{PKG}:iso-4e8-")
-    assert dry == {**{label: "cached" for label in runs}, f"{PKG}:corpus": "cached", f"{PKG}:tokenizer": "cached",
-                   f"{PKG}:tokens": "cached", new: "would-run", f"{PKG}:fit": "pending"}
+    assert dry == {
+        **{label: "cached" for label in runs},
+        f"{PKG}:corpus": "cached",
+        f"{PKG}:tokenizer": "cached",
+        f"{PKG}:tokens": "cached",
+        new: "would-run",
+        f"{PKG}:fit": "pending",
+    }

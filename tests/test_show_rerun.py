@@ -7,9 +7,9 @@ import json
 import shutil
 
 import pytest
+from conftest import build_json, run_cli, statuses
 
 import marinbuild
-from conftest import build_json, run_cli, statuses
 from marinbuild.errors import GraphError
 
 BUILD = """\
@@ -50,7 +50,17 @@ def test_show_by_label_and_by_key(make_workspace):
     assert set(words["made_by"]["recipe"]["inputs"]) == {"//p:data.txt"}
     assert "source" in recipe["inputs"]["//p:report.py"]
     provenance = by_label["provenance"]
-    assert {"user", "host", "started", "finished", "duration_s", "marinbuild", "python", "git_commit", "rule_code"} <= set(provenance)
+    assert {
+        "user",
+        "host",
+        "started",
+        "finished",
+        "duration_s",
+        "marinbuild",
+        "python",
+        "git_commit",
+        "rule_code",
+    } <= set(provenance)
     assert [item["path"] for item in by_label["outputs"]] == ["report.txt"]
 
     rc, out, err = run_cli(ws, "show", "//p:report")

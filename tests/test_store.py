@@ -13,13 +13,12 @@ from pathlib import Path
 
 import blake3
 import pytest
-
 from conftest import (
     CLI_TIMEOUT_S,
-    cli_env,
     ac_entries,
     attempt_records,
     build_json,
+    cli_env,
     entry_path,
     entry_problems,
     output_text,
@@ -27,6 +26,7 @@ from conftest import (
     statuses,
     store_files,
 )
+
 from marinbuild.errors import StoreError
 from marinbuild.store import LocalStore, open_store, store_salt
 
@@ -275,13 +275,19 @@ def test_a_builder_waiting_for_a_running_key_shows_its_log(make_workspace, monke
     builder holds the key, prints the holder's log lines as they come, then gets a hit."""
     monkeypatch.setenv("MARINBUILD_SYNC_S", "1")
     ws = make_workspace(
-        {"pkg/BUILD.marin": "genrule(name = 'slow', outs = ['o.txt'], cmd = 'for i in 1 2 3 4 5 6; do echo tick-$$i; sleep 0.5; done; echo > $@')\n"}
+        {
+            "pkg/BUILD.marin": "genrule(name = 'slow', outs = ['o.txt'], cmd = 'for i in 1 2 3 4 5 6; do echo tick-$$i; sleep 0.5; done; echo > $@')\n"
+        }
     )
 
     def builder() -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "--json", "//pkg:slow"],
-            cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+            cwd=ws,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
         )
 
     first = builder()

@@ -49,7 +49,9 @@ class EventStream:
         self._emit("step_progress", label=label, done=done, total=total, unit=unit)
 
     def step_finished(self, result: TargetResult) -> None:
-        event = {"cached": "cache_hit", "failed": "step_failed", "skipped": "step_skipped"}.get(result.status.value, "step_finished")
+        event = {"cached": "cache_hit", "failed": "step_failed", "skipped": "step_skipped"}.get(
+            result.status.value, "step_finished"
+        )
         self._emit(event, **result.to_json())
 
     def step_log(self, label: str, line: str) -> None:

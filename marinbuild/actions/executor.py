@@ -62,7 +62,9 @@ def input_files(cache: ActionCache, dependencies: Dependencies, reads_urls: bool
             inputs[label] = InputFiles(None, (), dependency.directory)
         else:
             root = cache.local_dir(dependency)
-            inputs[label] = InputFiles(root, tuple(root / item.path for item in dependency.manifest.files), dependency.directory)
+            inputs[label] = InputFiles(
+                root, tuple(root / item.path for item in dependency.manifest.files), dependency.directory
+            )
     return inputs
 
 
@@ -84,15 +86,21 @@ def run_in_subprocess(impl_path: str, context: Context) -> None:
     request = json.dumps({"impl": impl_path, "context": context.to_json()})
     error: str | None = None
     exit_status: int | None = None
-    with open(context.log_path, "ab") as log, context.processes.popen(
-        [sys.executable, "-m", "marinbuild.actions.worker"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        cwd=context.tmp,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(context.workspace), os.environ.get("PYTHONPATH")]))},
-    ) as process:
+    with (
+        open(context.log_path, "ab") as log,
+        context.processes.popen(
+            [sys.executable, "-m", "marinbuild.actions.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=context.tmp,
+            text=True,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(context.workspace), os.environ.get("PYTHONPATH")])),
+            },
+        ) as process,
+    ):
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(request)
         process.stdin.close()
@@ -108,4 +116,6 @@ def run_in_subprocess(impl_path: str, context: Context) -> None:
     if returncode == -signal.SIGKILL and error is None and not context.processes.stopped:
         raise WorkerLost(f"the worker process was killed by signal {signal.Signals(-returncode).name}")
     if returncode != 0:
-        raise StepFailed(error or f"worker process exited with status {returncode}", exit_status if error else returncode)
+        raise StepFailed(
+            error or f"worker process exited with status {returncode}", exit_status if error else returncode
+        )

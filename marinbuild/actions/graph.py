@@ -68,7 +68,10 @@ def _expand(loader: PackageLoader, pattern: TargetPattern, skip: tuple[Path, ...
     if pattern.kind is PatternKind.TARGET:
         package = loader.package(pattern.package)
         if pattern.name not in package.targets:
-            raise GraphError(f"no target '{pattern.name}' in package //{pattern.package}", hint=did_you_mean(pattern.name, package.targets))
+            raise GraphError(
+                f"no target '{pattern.name}' in package //{pattern.package}",
+                hint=did_you_mean(pattern.name, package.targets),
+            )
         return [str(pattern.label)]
     return [
         str(target.label)

@@ -58,7 +58,11 @@ class BuildResult:
     @property
     def counts(self) -> dict[str, int]:
         counted = Counter(result.status.value for result in self.results.values())
-        return {status.value: counted.get(status.value, 0) for status in Status if counted.get(status.value) or status in _ALWAYS_COUNTED}
+        return {
+            status.value: counted.get(status.value, 0)
+            for status in Status
+            if counted.get(status.value) or status in _ALWAYS_COUNTED
+        }
 
     @property
     def ok(self) -> bool:

@@ -31,18 +31,17 @@ from typing import Any
 
 import marinbuild
 from marinbuild.actions import keys
-from marinbuild.targets.context import Context, InputFiles, StepFailed
 from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, WorkerLost, input_files
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
-from marinbuild.labels import parse_label
 from marinbuild.provenance.explain import explain_miss
 from marinbuild.provenance.log_tail import HolderLogTail
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, layout, reporting_transfers
 from marinbuild.store.action_cache import new_attempt_id
 from marinbuild.store.live_sync import ScratchMirror, syncing
 from marinbuild.store.remote import RemoteStore
+from marinbuild.targets.context import Context, InputFiles, StepFailed
 from marinbuild.targets.rule import Resources, RetryPolicy, Target
 
 
@@ -204,7 +203,9 @@ class Scheduler:
                         stopping = True
         for label in self.graph.order:
             if label not in self.result.results:
-                self._record(TargetResult(label, Status.SKIPPED, reason="not started: the build stopped after a failure"))
+                self._record(
+                    TargetResult(label, Status.SKIPPED, reason="not started: the build stopped after a failure")
+                )
         self.cache.stat_cache.save()
         self.cache.memo.save()
         self.result.results = {label: self.result.results[label] for label in self.graph.order}
@@ -282,7 +283,14 @@ class Scheduler:
         if outcome.outputs is None:
             self._record(
                 TargetResult(
-                    label, Status.FAILED, planned.key, None, outcome.duration_s, outcome.error, outcome.log, attempt=outcome.attempt
+                    label,
+                    Status.FAILED,
+                    planned.key,
+                    None,
+                    outcome.duration_s,
+                    outcome.error,
+                    outcome.log,
+                    attempt=outcome.attempt,
                 )
             )
             for dependent in self._downstream(label):
@@ -291,7 +299,9 @@ class Scheduler:
         status = Status.BUILT if outcome.ran else Status.CACHED
         why = planned.why if outcome.ran else None
         self._record(
-            TargetResult(label, status, planned.key, outcome.outputs.directory, outcome.duration_s, why, attempt=outcome.attempt)
+            TargetResult(
+                label, status, planned.key, outcome.outputs.directory, outcome.duration_s, why, attempt=outcome.attempt
+            )
         )
         self._resolve(label, outcome.outputs)
         return True
@@ -352,7 +362,9 @@ class Scheduler:
                 tries = _Tries(planned.target.rule.retry)
                 while True:
                     attempt = self.cache.start_attempt(planned.key, label, self._attempt_info(planned, tries.number))
-                    with reporting_transfers(lambda done, total, unit: self.reporter.step_progress(label, done, total, unit)):
+                    with reporting_transfers(
+                        lambda done, total, unit: self.reporter.step_progress(label, done, total, unit)
+                    ):
                         outcome = self._attempt(planned, attempt, lease, started)
                     if not tries.again(outcome.failure):
                         return outcome
@@ -398,7 +410,9 @@ class Scheduler:
             mirror = ScratchMirror(self.cache.store, planned.key, scratch)  # a remote executor's hosts sync it
             restored = mirror.restore() if runs_here else 0
             if restored:
-                self.reporter.warning(f"{label}: resuming from {restored} checkpoint files left in the store by an earlier attempt")
+                self.reporter.warning(
+                    f"{label}: resuming from {restored} checkpoint files left in the store by an earlier attempt"
+                )
         context = self.context(planned.target, attempt, scratch, None if runs_here else {})
         lease.on_lost = context.processes.stop
         if lease.lost:
@@ -410,7 +424,9 @@ class Scheduler:
             for name, record in attempt.record["inputs"].items():
                 if "source" in record:
                     self.cache.put_blob(attempt, self.graph.sources[name].path, record["source"])
-            with syncing(self.cache.store, planned.key, attempt.attempt_id, attempt.log_path, mirror if runs_here else None):
+            with syncing(
+                self.cache.store, planned.key, attempt.attempt_id, attempt.log_path, mirror if runs_here else None
+            ):
                 uploaded = self.executor.run(planned.target, context, dependencies)
         except WorkerLost as lost:
             error, failure = f"worker lost: {lost}", "worker_lost"
@@ -435,7 +451,9 @@ class Scheduler:
             details = {"exit_status": exit_status} if exit_status is not None else {}
             if failure is not None:
                 details["failure"] = failure
-            self.cache.finish_attempt(attempt, status, error=error, finished=_now(), duration_s=duration, **details, **measured)
+            self.cache.finish_attempt(
+                attempt, status, error=error, finished=_now(), duration_s=duration, **details, **measured
+            )
             return _Outcome(None, duration, error, log, attempt=attempt.attempt_id, failure=failure)
         provenance = {
             **attempt.record,
@@ -479,7 +497,9 @@ class Scheduler:
             for label in self.graph.deps[str(target.label)]
         }
 
-    def context(self, target: Target, attempt: Attempt, scratch: Path | None, inputs: dict[str, InputFiles] | None = None) -> Context:
+    def context(
+        self, target: Target, attempt: Attempt, scratch: Path | None, inputs: dict[str, InputFiles] | None = None
+    ) -> Context:
         """The `ctx` of a target's step once its dependencies are resolved, its inputs as local
         files unless given (`rerun --check` uses it too, to run a step aside)."""
         label = str(target.label)

@@ -18,8 +18,8 @@ import sys
 import traceback
 from typing import TextIO
 
-from marinbuild.targets.context import Context, StepFailed
 from marinbuild.actions.logs import step_logger
+from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import import_impl
 
 

@@ -20,17 +20,17 @@ from typing import Any
 import click
 
 import marinbuild
-from marinbuild.actions.scheduler import BuildOptions
-from marinbuild.actions.results import Reporter
-from marinbuild.targets.rule import Resources
-from marinbuild.cli.progress import PlainReporter
 from marinbuild import provenance
+from marinbuild import report as report_pages
+from marinbuild.actions.results import Reporter
+from marinbuild.actions.scheduler import BuildOptions
 from marinbuild.cli import records
+from marinbuild.cli.progress import PlainReporter
 from marinbuild.errors import MarinbuildError, StoreError
 from marinbuild.query import FORMATS, from_command_line
-from marinbuild import report as report_pages
 from marinbuild.session import Session
 from marinbuild.store import maintenance
+from marinbuild.targets.rule import Resources
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -72,8 +72,17 @@ class _DefaultToBuild(click.Group):
 
 @click.group(cls=_DefaultToBuild, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(marinbuild.__version__, prog_name="marinbuild")
-@click.option("--workspace", type=click.Path(file_okay=False, path_type=Path), help="Workspace root (default: found from the current directory).")
-@click.option("--store", "store_url", metavar="URL", help="Store URL or directory (default: the workspace's setting, else cache/).")
+@click.option(
+    "--workspace",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Workspace root (default: found from the current directory).",
+)
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    help="Store URL or directory (default: the workspace's setting, else cache/).",
+)
 @click.option(
     "--unsafe-no-locking",
     is_flag=True,
@@ -117,7 +126,9 @@ class _BuildCommand(click.Command):
 
 
 def _is_subtraction(arg: str) -> bool:
-    return arg.startswith("-") and not arg.startswith("--") and any(mark in arg for mark in "/:") or arg.startswith("-...")
+    return (
+        arg.startswith("-") and not arg.startswith("--") and any(mark in arg for mark in "/:") or arg.startswith("-...")
+    )
 
 
 @cli.command(cls=_BuildCommand)
@@ -126,19 +137,40 @@ def _is_subtraction(arg: str) -> bool:
 @click.option("--keep-going", "-k", is_flag=True, help="Build what does not depend on a failure.")
 @click.option("--dry-run", "-n", is_flag=True, help="Print what would run and why; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every target's result.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), help="Where steps run (default: the workspace's setting, else local).")
-@click.option("--ray-address", metavar="ADDRESS", help="Ray cluster to run steps on (HOST:PORT or 'auto'; default: the setting, else a new local instance).")
 @click.option(
-    "--ray-placement-timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    help="Where steps run (default: the workspace's setting, else local).",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDRESS",
+    help="Ray cluster to run steps on (HOST:PORT or 'auto'; default: the setting, else a new local instance).",
+)
+@click.option(
+    "--ray-placement-timeout",
+    type=click.FloatRange(min=0),
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
     help="Fail a step the Ray cluster cannot place within this time.",
 )
 @click.option(
-    "--ray-shared-scratch", metavar="DIR",
+    "--ray-shared-scratch",
+    metavar="DIR",
     help="A directory every Ray node mounts (NFS, Filestore): the scratch space of steps on several hosts (default: the setting).",
 )
-@click.option("--explain", "explain", is_flag=True, help="Say why each step runs: what changed since its nearest earlier output.")
-@click.option("--strict-code", is_flag=True, help="Make each rule's source part of its steps' keys (default: its version).")
-@click.option("--events", type=click.Path(dir_okay=False, path_type=Path), help="Also append the build's event stream (JSON lines) to this file.")
+@click.option(
+    "--explain", "explain", is_flag=True, help="Say why each step runs: what changed since its nearest earlier output."
+)
+@click.option(
+    "--strict-code", is_flag=True, help="Make each rule's source part of its steps' keys (default: its version)."
+)
+@click.option(
+    "--events",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also append the build's event stream (JSON lines) to this file.",
+)
 @click.pass_context
 @_handles_errors
 def build(
@@ -253,7 +285,11 @@ def rerun(ctx: click.Context, key: str, check: bool, jobs: int | None) -> None:
         for change in result.changes:
             click.echo(f"  {change}")
     elif item.output is not None:
-        same = {True: "; byte-identical to the recorded output", False: "; it differs from the recorded output", None: ""}
+        same = {
+            True: "; byte-identical to the recorded output",
+            False: "; it differs from the recorded output",
+            None: "",
+        }
         click.echo(f"{result.label} ({result.key[:12]}): {item.status.value}{same[result.identical]}\n  {item.output}")
     sys.exit(0 if result.ok and result.identical is not False else EXIT_FAILED)
 
@@ -277,7 +313,14 @@ def explain_command(ctx: click.Context, label: str, strict_code: bool, as_json: 
 
 @cli.command()
 @click.argument("label")
-@click.option("--attempt", "number", type=int, default=-1, show_default=True, help="Which attempt: 1 is the first, -1 the newest ('marinbuild log --list' numbers them).")
+@click.option(
+    "--attempt",
+    "number",
+    type=int,
+    default=-1,
+    show_default=True,
+    help="Which attempt: 1 is the first, -1 the newest ('marinbuild log --list' numbers them).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the target's attempts instead of printing a log.")
 @click.pass_context
 @_handles_errors
@@ -289,13 +332,19 @@ def log(ctx: click.Context, label: str, number: int, list_only: bool) -> None:
     session = _session(ctx)
     attempts = session.attempts(label)
     if not attempts:
-        raise StoreError(f"no attempt of {label} is recorded in {session.store.url}", hint="'marinbuild history' lists what was built")
+        raise StoreError(
+            f"no attempt of {label} is recorded in {session.store.url}",
+            hint="'marinbuild history' lists what was built",
+        )
     if list_only:
         for index, record in enumerate(attempts, start=1):
             click.echo(f"{index:3}  {records.attempt_line(record)}")
         return
     if not (-len(attempts) <= number <= len(attempts)) or number == 0:
-        raise click.BadParameter(f"{label} has {len(attempts)} attempts: use 1..{len(attempts)} or -1..-{len(attempts)}", param_hint="--attempt")
+        raise click.BadParameter(
+            f"{label} has {len(attempts)} attempts: use 1..{len(attempts)} or -1..-{len(attempts)}",
+            param_hint="--attempt",
+        )
     index = number - 1 if number > 0 else len(attempts) + number
     record = attempts[index]
     click.echo(records.log_header(record, index + 1, len(attempts)), err=True)
@@ -326,7 +375,15 @@ def history(ctx: click.Context, patterns: tuple[str, ...], limit: int, show_cach
 
 @cli.command(cls=_BuildCommand)
 @click.argument("patterns", nargs=-1, required=True)
-@click.option("--output", "-o", "out", type=click.Path(file_okay=False, path_type=Path), default="marinbuild-report", show_default=True, help="Directory to write the report into.")
+@click.option(
+    "--output",
+    "-o",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default="marinbuild-report",
+    show_default=True,
+    help="Directory to write the report into.",
+)
 @click.pass_context
 @_handles_errors
 def report(ctx: click.Context, patterns: tuple[str, ...], out: Path) -> None:
@@ -338,9 +395,28 @@ def report(ctx: click.Context, patterns: tuple[str, ...], out: Path) -> None:
 
 @cli.command(cls=_BuildCommand)
 @click.argument("patterns", nargs=-1)
-@click.option("--port", type=click.IntRange(min=0, max=65535), default=8000, show_default=True, help="Port on 127.0.0.1 (0: any free one).")
-@click.option("--refresh", "refresh_s", type=click.IntRange(min=1), default=5, show_default=True, help="Seconds between regenerations; pages reload as often.")
-@click.option("--output", "-o", "out", type=click.Path(file_okay=False, path_type=Path), help="Keep the pages in this directory (default: a temporary one).")
+@click.option(
+    "--port",
+    type=click.IntRange(min=0, max=65535),
+    default=8000,
+    show_default=True,
+    help="Port on 127.0.0.1 (0: any free one).",
+)
+@click.option(
+    "--refresh",
+    "refresh_s",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Seconds between regenerations; pages reload as often.",
+)
+@click.option(
+    "--output",
+    "-o",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the pages in this directory (default: a temporary one).",
+)
 @click.pass_context
 @_handles_errors
 def serve(ctx: click.Context, patterns: tuple[str, ...], port: int, refresh_s: int, out: Path | None) -> None:
@@ -349,7 +425,9 @@ def serve(ctx: click.Context, patterns: tuple[str, ...], port: int, refresh_s: i
     from marinbuild.report.serve import ReportServer
 
     with tempfile.TemporaryDirectory(prefix="marinbuild-report-") as scratch:
-        server = ReportServer(("127.0.0.1", port), lambda: _session(ctx), patterns or ("//...",), out or Path(scratch), refresh_s)
+        server = ReportServer(
+            ("127.0.0.1", port), lambda: _session(ctx), patterns or ("//...",), out or Path(scratch), refresh_s
+        )
         click.echo(f"serving the report of {' '.join(patterns or ('//...',))} at {server.url} (Ctrl-C stops)", err=True)
         click.echo(server.url)
         try:
@@ -362,7 +440,9 @@ def serve(ctx: click.Context, patterns: tuple[str, ...], port: int, refresh_s: i
 
 @cli.command()
 @click.argument("expression", nargs=-1, required=True)
-@click.option("--output", type=click.Choice(list(FORMATS)), default="label", show_default=True, help="How to print the result.")
+@click.option(
+    "--output", type=click.Choice(list(FORMATS)), default="label", show_default=True, help="How to print the result."
+)
 @click.option("--keep-going", "-k", is_flag=True, help="Skip unknown targets and broken packages, with a warning.")
 @click.pass_context
 @_handles_errors
@@ -401,8 +481,16 @@ def cache_verify(ctx: click.Context, patterns: tuple[str, ...]) -> None:
 
 
 @cache.command("gc")
-@click.option("--dry-run", "-n", is_flag=True, help="Report what would be removed, bytes per experiment; remove nothing.")
-@click.option("--grace", default="7d", show_default=True, metavar="AGE", help="Keep what was used more recently than this (e.g. 0s, 30m, 24h, 7d).")
+@click.option(
+    "--dry-run", "-n", is_flag=True, help="Report what would be removed, bytes per experiment; remove nothing."
+)
+@click.option(
+    "--grace",
+    default="7d",
+    show_default=True,
+    metavar="AGE",
+    help="Keep what was used more recently than this (e.g. 0s, 30m, 24h, 7d).",
+)
 @click.pass_context
 @_handles_errors
 def cache_gc(ctx: click.Context, dry_run: bool, grace: str) -> None:

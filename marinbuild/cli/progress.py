@@ -73,5 +73,3 @@ class PlainReporter:
 
     def build_finished(self, result: BuildResult) -> None:
         self._print(summary_line(result))
-
-

@@ -37,7 +37,9 @@ def history_lines(items: list[HistoryItem]) -> list[str]:
     lines = []
     for item in items:
         invocation = item.invocation
-        counts = ", ".join(f"{count} {status}" for status, count in invocation.record.get("counts", {}).items() if count)
+        counts = ", ".join(
+            f"{count} {status}" for status, count in invocation.record.get("counts", {}).items() if count
+        )
         lines.append(
             f"{invocation.started or '?'}  {invocation.result:11}  {invocation.user or '?'}@{invocation.host or '?'}"
             f"  {invocation.command} {' '.join(invocation.patterns)}  ({counts or 'nothing done'})  invocation {invocation.invocation_id}"
@@ -87,9 +89,15 @@ def show_lines(description: dict) -> list[str]:
         lines.append("  inputs")
         lines += _input_lines(recipe["inputs"], "    ")
     lines.append("  provenance")
-    lines += [f"    {name}: {json.dumps(value) if isinstance(value, dict) else value}" for name, value in description["provenance"].items()]
+    lines += [
+        f"    {name}: {json.dumps(value) if isinstance(value, dict) else value}"
+        for name, value in description["provenance"].items()
+    ]
     lines.append(f"  outputs ({len(description['outputs'])} files, {description['total_bytes']:,} bytes)")
-    lines += [f"    {item['path']}  {item['size']:,} bytes  {short(item['blake3'])}" for item in description["outputs"][:_FILES_SHOWN]]
+    lines += [
+        f"    {item['path']}  {item['size']:,} bytes  {short(item['blake3'])}"
+        for item in description["outputs"][:_FILES_SHOWN]
+    ]
     if len(description["outputs"]) > _FILES_SHOWN:
         lines.append(f"    ... and {len(description['outputs']) - _FILES_SHOWN} more (--json lists them all)")
     if description["metrics"]:
@@ -115,6 +123,8 @@ def _input_lines(inputs: dict, indent: str) -> list[str]:
         if made_by and "error" in made_by:
             lines.append(f"{indent}  ({made_by['error']})")
         elif made_by:
-            lines.append(f"{indent}  {made_by['recipe']['rule']} version {made_by['recipe']['version']}, built {made_by['provenance'].get('finished', '?')}")
+            lines.append(
+                f"{indent}  {made_by['recipe']['rule']} version {made_by['recipe']['version']}, built {made_by['provenance'].get('finished', '?')}"
+            )
             lines += _input_lines(made_by["recipe"]["inputs"], indent + "  ")
     return lines

@@ -34,7 +34,9 @@ def rendezvous(ips: list[str], coordinator_port: int, hosts_per_slice: int) -> l
                 "MEGASCALE_NUM_SLICES": str(slices),
                 "MEGASCALE_SLICE_ID": str(rank // hosts_per_slice),
             }
-        contexts.append({"coordinator": f"{ips[0]}:{coordinator_port}", "num_processes": len(ips), "process_id": rank, "env": env})
+        contexts.append(
+            {"coordinator": f"{ips[0]}:{coordinator_port}", "num_processes": len(ips), "process_id": rank, "env": env}
+        )
     return contexts
 
 

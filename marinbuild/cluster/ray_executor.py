@@ -31,7 +31,12 @@ from marinbuild.targets.rule import Target
 
 _POLL_S = 0.5
 # Passed on to the cluster's workers when set here: where the store is, how leases age and syncs run.
-_FORWARDED_ENV = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "MARINBUILD_LEASE_TTL_S", "MARINBUILD_SYNC_S")
+_FORWARDED_ENV = (
+    "STORAGE_EMULATOR_HOST",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "MARINBUILD_LEASE_TTL_S",
+    "MARINBUILD_SYNC_S",
+)
 
 
 class RayExecutor(Executor):
@@ -72,7 +77,9 @@ class RayExecutor(Executor):
                 configure_logging=False,
             )
         except (ConnectionError, RuntimeError, ValueError) as error:
-            raise ClusterError(f"cannot connect to the Ray cluster at {address or 'a new local instance'}: {error}", hint=hint) from None
+            raise ClusterError(
+                f"cannot connect to the Ray cluster at {address or 'a new local instance'}: {error}", hint=hint
+            ) from None
         self._remote_host = ray.remote(StepHost)
         self._cancelled = threading.Event()
 
@@ -134,7 +141,10 @@ class RayExecutor(Executor):
         reservations: list[Any] = []
         extra: list[dict[str, float]] = [{}] * where.slices
         if where.slice_head is not None:
-            reservations = [self._remote_host.options(num_cpus=0, resources={where.slice_head: 1}).remote() for _ in range(where.slices)]
+            reservations = [
+                self._remote_host.options(num_cpus=0, resources={where.slice_head: 1}).remote()
+                for _ in range(where.slices)
+            ]
             names = self._wait([actor.slice_name.remote() for actor in reservations], deadline, where, reservations)
             extra = [{name: 1} for name in names]
         per_host = [extra[index] for index in range(where.slices) for _ in range(where.hosts_per_slice)]
@@ -152,7 +162,9 @@ class RayExecutor(Executor):
             ray.get([host.address.remote() for host in hosts])
         except ray.exceptions.RayActorError as error:
             _release([*hosts, *reservations])
-            raise StepFailed(f"a worker for the step could not start on the Ray cluster: {_first_line(error)}") from None
+            raise StepFailed(
+                f"a worker for the step could not start on the Ray cluster: {_first_line(error)}"
+            ) from None
         return hosts, reservations
 
     def _wait(self, refs: list[Any], deadline: float, where: Placement, held: list[Any]) -> list[Any]:
@@ -170,7 +182,9 @@ class RayExecutor(Executor):
             return ray.get(refs)
         except ray.exceptions.RayActorError as error:
             _release(held)
-            raise StepFailed(f"a worker for the step could not start on the Ray cluster: {_first_line(error)}") from None
+            raise StepFailed(
+                f"a worker for the step could not start on the Ray cluster: {_first_line(error)}"
+            ) from None
 
     def _rendezvous(self, hosts: list[Any], addresses: list[dict[str, Any]], where: Placement) -> list[dict[str, Any]]:
         """Where the hosts of a multi-host step meet: JAX distributed's coordinator on host 0
@@ -255,6 +269,11 @@ def _first_line(error: BaseException) -> str:
 
 
 def _describe(resources: dict[str, float]) -> str:
-    shown = {name: amount for name, amount in resources.items() if not name.startswith(("node:", "object_store_memory"))}
-    parts = [f"{amount / 2**30:.3g} GiB memory" if name == "memory" else f"{amount:g} {name}" for name, amount in sorted(shown.items())]
+    shown = {
+        name: amount for name, amount in resources.items() if not name.startswith(("node:", "object_store_memory"))
+    }
+    parts = [
+        f"{amount / 2**30:.3g} GiB memory" if name == "memory" else f"{amount:g} {name}"
+        for name, amount in sorted(shown.items())
+    ]
     return "{" + ", ".join(parts) + "}"

@@ -25,8 +25,8 @@ from marinbuild.store import ActionCache, Outputs, Store, layout, open_store
 from marinbuild.store.action_cache import new_attempt_id
 from marinbuild.store.live_sync import ScratchMirror, syncing
 from marinbuild.store.local_cache import LocalCache
-from marinbuild.store.remote import RemoteStore
 from marinbuild.store.manifest import Manifest
+from marinbuild.store.remote import RemoteStore
 from marinbuild.targets.context import Context, StepFailed
 
 # This host's own space (staging, copies of inputs, scratch of a remote store).
@@ -37,7 +37,12 @@ def dependencies_to_json(dependencies: dict[str, Path | Outputs]) -> dict[str, A
     return {
         label: {"source": str(item)}
         if isinstance(item, Path)
-        else {"key": item.key, "tree_digest": item.tree_digest, "files": item.manifest.to_json(), "directory": item.directory}
+        else {
+            "key": item.key,
+            "tree_digest": item.tree_digest,
+            "files": item.manifest.to_json(),
+            "directory": item.directory,
+        }
         for label, item in dependencies.items()
     }
 
@@ -110,7 +115,9 @@ class StepHost:
         measured: dict[str, Any] = {}
         try:
             store = open_store(request["store"], LOCAL_DIR / "stores")
-            cache = ActionCache(store, StatCache(Memo(None, "ray-host")), Memo(None, "ray-host"), LocalCache(LOCAL_DIR / "local-cache"))
+            cache = ActionCache(
+                store, StatCache(Memo(None, "ray-host")), Memo(None, "ray-host"), LocalCache(LOCAL_DIR / "local-cache")
+            )
             staging = store.staging_dir(layout.staging(new_attempt_id()))
             for name in ("out", "work"):
                 (staging / name).mkdir()

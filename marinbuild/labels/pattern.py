@@ -80,7 +80,9 @@ def parse_pattern(text: str, cwd_package: str = "") -> TargetPattern:
         root = package_part[: -len("...")].rstrip("/")
         if sep and name not in _ALL_NAMES:
             raise LabelError(f"'{original}': a recursive pattern can only be followed by ':all'")
-        return TargetPattern(PatternKind.RECURSIVE, check_package(root, original), None, negative, original, name in _FILE_WILDCARDS)
+        return TargetPattern(
+            PatternKind.RECURSIVE, check_package(root, original), None, negative, original, name in _FILE_WILDCARDS
+        )
     check_package(package_part, original)
     if sep and name in _ALL_NAMES:
         return TargetPattern(PatternKind.PACKAGE, package_part, None, negative, original, name in _FILE_WILDCARDS)

@@ -132,7 +132,7 @@ class PackageLoader:
         self._sources: dict[str, str] = {}  # their text, to place errors in load() statements
         self._current: Package | None = None
         self._pending: MarinbuildError | None = None
-        self._header = "load(%r, %s)\n" % (_PRELUDE, ", ".join(repr(name) for name in self.rules))
+        self._header = f"load({_PRELUDE!r}, {', '.join(repr(name) for name in self.rules)})\n"
         self._prelude = self._evaluate_prelude()
         self._file_loader = sl.FileLoader(self._load_module)
 
@@ -242,7 +242,9 @@ class PackageLoader:
         try:
             label = parse_label(path, "" if requester_dir == "." else requester_dir)
         except LabelError as error:
-            self._pending = LoadError(f"load({path!r}): {error.message}", location=self._load_statement(requester, path))
+            self._pending = LoadError(
+                f"load({path!r}): {error.message}", location=self._load_statement(requester, path)
+            )
             raise
         display = str(Path(label.package) / label.name)
         if display in self._modules:
@@ -293,7 +295,8 @@ class PackageLoader:
                 raise
             if not names and not allow_empty:
                 self._pending = LoadError(
-                    f"glob({list(include)}) matched no files in //{package}", hint="pass allow_empty = True if that is expected"
+                    f"glob({list(include)}) matched no files in //{package}",
+                    hint="pass allow_empty = True if that is expected",
                 )
                 raise RuntimeError(self._pending.message)
             self._globs.append(GlobCall(include, exclude, tuple(names)))
@@ -344,7 +347,8 @@ class PackageLoader:
             raise LoadError(
                 f"{what}: unknown attribute '{unknown[0]}'",
                 location=location,
-                hint=(f"did you mean '{close[0]}'? " if close else "") + f"{rule_name} takes: {', '.join(rule.all_attrs)}",
+                hint=(f"did you mean '{close[0]}'? " if close else "")
+                + f"{rule_name} takes: {', '.join(rule.all_attrs)}",
             )
         attrs: dict[str, JsonValue] = {}
         for attr_name, attr in rule.all_attrs.items():

@@ -18,6 +18,7 @@ from marinbuild.hashing import StatCache, canonical_json, digest_bytes
 from marinbuild.memo import Memo
 from marinbuild.targets.rule import Rule
 
+
 @dataclass(frozen=True)
 class GlobCall:
     include: tuple[str, ...]

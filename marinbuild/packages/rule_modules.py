@@ -31,6 +31,8 @@ def workspace_rules(workspace: Workspace) -> dict[str, Rule]:
         for value in vars(module).values():
             if isinstance(value, Rule):
                 if value.name in rules and rules[value.name] is not value:
-                    raise WorkspaceError(f"rule '{value.name}' from '{module_name}' clashes with another rule of that name")
+                    raise WorkspaceError(
+                        f"rule '{value.name}' from '{module_name}' clashes with another rule of that name"
+                    )
                 rules[value.name] = value
     return rules

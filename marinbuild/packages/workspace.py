@@ -116,10 +116,14 @@ def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
         raise WorkspaceError(f"{config_file}: 'executor' must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     ray_address = settings.get("ray_address")
     if ray_address is not None and not isinstance(ray_address, str):
-        raise WorkspaceError(f"{config_file}: 'ray_address' must be a string (HOST:PORT, 'auto' or 'local'), got {ray_address!r}")
+        raise WorkspaceError(
+            f"{config_file}: 'ray_address' must be a string (HOST:PORT, 'auto' or 'local'), got {ray_address!r}"
+        )
     shared_scratch = settings.get("ray_shared_scratch")
     if shared_scratch is not None and not (isinstance(shared_scratch, str) and shared_scratch.startswith("/")):
-        raise WorkspaceError(f"{config_file}: 'ray_shared_scratch' must be an absolute path every node mounts, got {shared_scratch!r}")
+        raise WorkspaceError(
+            f"{config_file}: 'ray_shared_scratch' must be an absolute path every node mounts, got {shared_scratch!r}"
+        )
     return Workspace(
         root=root,
         executor=executor,

@@ -9,7 +9,14 @@
 Everything here reads the store only; the action cache and the session write it.
 """
 
-from marinbuild.provenance.attempts import AttemptRecord, key_attempts, label_attempts, last_attempt, read_attempt, read_log
+from marinbuild.provenance.attempts import (
+    AttemptRecord,
+    key_attempts,
+    label_attempts,
+    last_attempt,
+    read_attempt,
+    read_log,
+)
 from marinbuild.provenance.history import HistoryItem, Invocation, TargetOutcome, history, invocations, read_invocation
 
 __all__ = [

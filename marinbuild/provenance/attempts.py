@@ -91,7 +91,11 @@ def _attempt_ids(store: Store, key: str) -> list[str]:
 
 def key_attempts(store: Store, key: str) -> list[AttemptRecord]:
     """Every attempt at `key`, oldest first."""
-    return [record for attempt_id in _attempt_ids(store, key) if (record := read_attempt(store, key, attempt_id)) is not None]
+    return [
+        record
+        for attempt_id in _attempt_ids(store, key)
+        if (record := read_attempt(store, key, attempt_id)) is not None
+    ]
 
 
 def last_attempt(store: Store, key: str) -> AttemptRecord | None:

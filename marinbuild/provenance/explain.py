@@ -113,7 +113,13 @@ def _diff(path: str, before: Any, after: Any, raw: Any, changes: list[str]) -> N
         removed = [_show(item) for item in before if item not in after]
         added = [_show(item, item_raw) for item, item_raw in zip(after, raws) if item not in before]
         changes.append(
-            f"{path}: " + "; ".join(filter(None, [f"added {', '.join(added)}" if added else "", f"removed {', '.join(removed)}" if removed else ""]))
+            f"{path}: "
+            + "; ".join(
+                filter(
+                    None,
+                    [f"added {', '.join(added)}" if added else "", f"removed {', '.join(removed)}" if removed else ""],
+                )
+            )
             if added or removed
             else f"{path}: reordered"
         )
@@ -136,9 +142,11 @@ def recipe_changes(before: dict[str, Any], after: dict[str, Any], target: Target
         changes.append("external inputs changed (files outside the workspace the rule reads)")
     if before.get("code") != after.get("code"):
         changes.append(
-            "rule code changed (--strict-code)" if "code" in before and "code" in after
+            "rule code changed (--strict-code)"
+            if "code" in before and "code" in after
             else "rule code is part of the key with --strict-code, and the earlier entry was built "
-            + ("without" if "code" in after else "with") + " it"
+            + ("without" if "code" in after else "with")
+            + " it"
         )
     raw = {name: target.attrs[name] for name in after.get("attrs", {}) if name in target.attrs}
     _diff("", before.get("attrs", {}), after.get("attrs", {}), raw, changes)
@@ -218,10 +226,14 @@ def explain_target(cache: ActionCache, scheduler: Scheduler, label: str) -> Expl
     if result.status is Status.WOULD_RUN and recipe is not None:
         found = nearest_entry(cache, target, recipe)
         if found is None:
-            return Explanation(label, "would-run", result.key, "would run: never built into this store", ingredients=listed)
+            return Explanation(
+                label, "would-run", result.key, "would run: never built into this store", ingredients=listed
+            )
         entry, changes = found
         code_changed = entry.provenance.get("rule_code") not in (None, code_digest(target.rule))
-        summary = f"would run: its key differs from {short(entry.key)}, built at {entry.provenance.get('finished', '?')}"
+        summary = (
+            f"would run: its key differs from {short(entry.key)}, built at {entry.provenance.get('finished', '?')}"
+        )
         if not changes:
             summary = f"would run: same recipe as {short(entry.key)}, whose entry is gone or unusable"
         if code_changed:
@@ -234,7 +246,9 @@ def explain_target(cache: ActionCache, scheduler: Scheduler, label: str) -> Expl
         and scheduler.result.results[dependency].status is Status.WOULD_RUN
     ]
     names = ", ".join(item.label for item in upstream) or "a dependency"
-    return Explanation(label, "pending", None, f"would run after {names}: its key needs their outputs", upstream=tuple(upstream))
+    return Explanation(
+        label, "pending", None, f"would run after {names}: its key needs their outputs", upstream=tuple(upstream)
+    )
 
 
 def _ancestors(deps: Mapping[str, Sequence[str]], label: str) -> list[str]:

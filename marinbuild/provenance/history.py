@@ -144,7 +144,10 @@ def history(
     items: list[HistoryItem] = []
     for invocation in invocations(store):
         outcomes = [
-            (outcome, read_attempt(store, outcome.key, outcome.attempt_id) if outcome.key and outcome.attempt_id else None)
+            (
+                outcome,
+                read_attempt(store, outcome.key, outcome.attempt_id) if outcome.key and outcome.attempt_id else None,
+            )
             for outcome in invocation.targets
             if matches(outcome.label) and not (ran_only and outcome.status == "cached")
         ]

@@ -52,11 +52,16 @@ def stored_recipe(cache: ActionCache, key: str) -> StoredRecipe:
     else:
         attempts = [item for item in key_attempts(cache.store, key) if "inputs" in item.record]
         if not attempts:
-            raise StoreError(f"the store {cache.store.url} holds no recipe for key {key}", hint="'marinbuild history' lists what was built")
+            raise StoreError(
+                f"the store {cache.store.url} holds no recipe for key {key}",
+                hint="'marinbuild history' lists what was built",
+            )
         record = attempts[-1].record
         recipe = {"rule": record["rule"], "version": record["rule_version"]}
     if "inputs" not in record or "attrs" not in record:
-        raise StoreError(f"the recipe of {short(key)} was recorded by an older marinbuild, without its inputs: it cannot be rerun")
+        raise StoreError(
+            f"the recipe of {short(key)} was recorded by an older marinbuild, without its inputs: it cannot be rerun"
+        )
     return StoredRecipe(
         key,
         record["label"],
@@ -73,13 +78,17 @@ def find_key(cache: ActionCache, text: str) -> str:
     """A full key from a full one or a unique prefix of at least 8 hex digits."""
     text = text.lower()
     if len(text) < 8 or any(char not in "0123456789abcdef" for char in text):
-        raise StoreError(f"'{text}' is not a key", hint="keys are hex; 'marinbuild history' and 'marinbuild show LABEL' print them")
+        raise StoreError(
+            f"'{text}' is not a key", hint="keys are hex; 'marinbuild history' and 'marinbuild show LABEL' print them"
+        )
     if len(text) == 64:
         return text
     found = sorted({path.rsplit("/", 1)[1].removesuffix(".json") for path in cache.store.list(f"ac/{text[:2]}")})
     matches = [key for key in found if key.startswith(text)]
     if len(matches) != 1:
-        raise StoreError(f"{len(matches)} keys in {cache.store.url} start with {text}", hint="give more digits of the key")
+        raise StoreError(
+            f"{len(matches)} keys in {cache.store.url} start with {text}", hint="give more digits of the key"
+        )
     return matches[0]
 
 
@@ -103,7 +112,9 @@ def recipe_graph(cache: ActionCache, rules: Mapping[str, Rule], key: str, source
                 hint="rules come from the built-ins and the modules named in [tool.marinbuild] rules",
             )
         if rule.version != recipe.version:
-            raise StoreError(f"rule {recipe.rule} is at version {rule.version} here; the recipe of {recipe.label} needs version {recipe.version}")
+            raise StoreError(
+                f"rule {recipe.rule} is at version {rule.version} here; the recipe of {recipe.label} needs version {recipe.version}"
+            )
         label = parse_label(recipe.label)
         for name, record in recipe.inputs.items():
             if "source" in record:
@@ -151,7 +162,9 @@ def compare_bytes(recorded: Manifest, rerun: Manifest) -> list[str]:
     return differences
 
 
-def compare_metrics(recorded: Mapping[str, Any], rerun: Mapping[str, Any], tolerances: Mapping[str, float]) -> list[str]:
+def compare_metrics(
+    recorded: Mapping[str, Any], rerun: Mapping[str, Any], tolerances: Mapping[str, float]
+) -> list[str]:
     differences = []
     for name, tolerance in tolerances.items():
         old, new = recorded.get(name), rerun.get(name)
@@ -182,4 +195,6 @@ def check_outputs(cache: ActionCache, rule: Rule, key: str, side: Path) -> Check
     if rule.check_metrics is None:
         return CheckReport(key, label, side, "bytes", compare_bytes(outputs.manifest, hash_tree(side)))
     recorded = read_metrics(cache.local_dir(outputs), rule)
-    return CheckReport(key, label, side, "metrics", compare_metrics(recorded, read_metrics(side, rule), rule.check_metrics))
+    return CheckReport(
+        key, label, side, "metrics", compare_metrics(recorded, read_metrics(side, rule), rule.check_metrics)
+    )

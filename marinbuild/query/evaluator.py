@@ -20,8 +20,8 @@ from typing import Protocol
 from marinbuild.actions.results import BuildResult, Status, TargetResult
 from marinbuild.errors import GraphError, LabelError, LoadError, QueryError
 from marinbuild.provenance.explain import CODE_CHANGED
-from marinbuild.query.attributes import attribute_text, attribute_value
 from marinbuild.query import expressions as syntax
+from marinbuild.query.attributes import attribute_text, attribute_value
 from marinbuild.query.functions import SIGNATURES
 from marinbuild.query.order import sort_key
 from marinbuild.query.universe import Universe, kind_of

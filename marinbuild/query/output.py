@@ -1,13 +1,13 @@
 """Printing a query's result, in dependency order (see `order`), in one of five formats.
 
-    label       one label per line (the default)
-    label_kind  `genrule rule //a:b`, `source file //a:data.txt`
-    build       each rule target as it would be written in BUILD.marin, with macros
-                expanded and defaults left out, under a `# file:line` comment saying
-                where it was declared; source files as a comment line
-    graph       GraphViz dot: every target, and the edges between them
-    json        a list of {label, kind, attributes, deps} (deps: every label the
-                target's attributes mention, inside the result or not)
+label       one label per line (the default)
+label_kind  `genrule rule //a:b`, `source file //a:data.txt`
+build       each rule target as it would be written in BUILD.marin, with macros
+            expanded and defaults left out, under a `# file:line` comment saying
+            where it was declared; source files as a comment line
+graph       GraphViz dot: every target, and the edges between them
+json        a list of {label, kind, attributes, deps} (deps: every label the
+            target's attributes mention, inside the result or not)
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def _json(labels: Sequence[str], universe: Universe) -> str:
     for label in labels:
         node = universe.node(label)
         attributes = dict(node.attrs) if isinstance(node, Target) else {}
-        items.append({"label": label, "kind": kind_of(node), "attributes": attributes, "deps": universe.direct_labels(label)})
+        items.append(
+            {"label": label, "kind": kind_of(node), "attributes": attributes, "deps": universe.direct_labels(label)}
+        )
     return json.dumps(items, indent=2) + "\n"
 
 

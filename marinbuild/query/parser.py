@@ -164,9 +164,15 @@ class _Parser:
             if index > 0:
                 if index >= signature.required and not self._is(TokenKind.PUNCTUATION, ","):
                     break
-                self._expect(TokenKind.PUNCTUATION, ",", f"between the arguments of {name.text}() ({_arity(signature.required, len(signature.args))})")
+                self._expect(
+                    TokenKind.PUNCTUATION,
+                    ",",
+                    f"between the arguments of {name.text}() ({_arity(signature.required, len(signature.args))})",
+                )
             args.append(self._argument(kind, name.text))
-        self._expect(TokenKind.PUNCTUATION, ")", f"to close {name.text}( ({_arity(signature.required, len(signature.args))})")
+        self._expect(
+            TokenKind.PUNCTUATION, ")", f"to close {name.text}( ({_arity(signature.required, len(signature.args))})"
+        )
         return FunctionCall(name.text, tuple(args), name.column)
 
     def _argument(self, kind: Arg, function: str) -> Expression | Word | int:

@@ -240,7 +240,9 @@ def _newest_outcomes(session: Session, labels: set[str]) -> dict[str, tuple[prov
 
 def _failure(session: Session, step: StepReport) -> Failure:
     attempt = next(view for view in reversed(step.attempts) if view.record.key == step.key)  # the failed one
-    invocation = provenance.read_invocation(session.store, attempt.record.invocation) if attempt.record.invocation else None
+    invocation = (
+        provenance.read_invocation(session.store, attempt.record.invocation) if attempt.record.invocation else None
+    )
     skipped: list[tuple[str, str | None]] = []
     if invocation is not None:
         skipped = [

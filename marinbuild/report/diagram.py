@@ -63,6 +63,7 @@ def _layered(nodes: Sequence[Node], deps: Mapping[str, Sequence[str]]) -> str:
         columns[depth[node.label]].append(node.label)
     row: dict[str, float] = {}
     for column in columns:
+
         def mean_row(label: str) -> float:
             rows = [row[dep] for dep in deps.get(label, ()) if dep in row]
             return sum(rows) / len(rows) if rows else float(len(row))
@@ -134,7 +135,9 @@ def _with_dot(nodes: Sequence[Node], deps: Mapping[str, Sequence[str]]) -> str |
         lines += [f"{ids[dep]} -> {ids[node.label]};" for dep in deps.get(node.label, ()) if dep in ids]
     lines.append("}")
     try:
-        done = subprocess.run(["dot", "-Tsvg"], input="\n".join(lines), capture_output=True, text=True, timeout=_DOT_TIMEOUT_S)
+        done = subprocess.run(
+            ["dot", "-Tsvg"], input="\n".join(lines), capture_output=True, text=True, timeout=_DOT_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     start = done.stdout.find("<svg")

@@ -119,7 +119,9 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], table_id: str 
     attributes = (f' id="{table_id}"' if table_id else "") + (' class="sortable"' if sortable else "")
     head = "".join(f"<th>{escape(header)}</th>" for header in headers)
     body = "\n".join("<tr>" + "".join(row) + "</tr>" for row in rows)
-    return f'<div class="scroll"><table{attributes}><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table></div>'
+    return (
+        f'<div class="scroll"><table{attributes}><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table></div>'
+    )
 
 
 def _json_block(value: Any) -> str:
@@ -207,7 +209,11 @@ def _runs_section(report: Report) -> str:
     param_names = list(dict.fromkeys(name for found in params.values() for name in found))
     metric_names = list(dict.fromkeys(name for found in metrics.values() for name in found))
     # The table shows the hyperparameters that differ between runs; those they share are said once above it.
-    shared = {name: params[runs[0].label].get(name) for name in param_names if len({json.dumps(found.get(name)) for found in params.values()}) == 1}
+    shared = {
+        name: params[runs[0].label].get(name)
+        for name in param_names
+        if len({json.dumps(found.get(name)) for found in params.values()}) == 1
+    }
     param_names = [name for name in param_names if name not in shared]
     common = ", ".join(f"{name} = {_number(value)}" for name, value in shared.items())
     rows = [
@@ -218,12 +224,24 @@ def _runs_section(report: Report) -> str:
     ]
     table = _table(["run", "status", *param_names, *metric_names], rows, "runs-table", sortable=True)
     one_package = len({step.target.label.package for step in runs}) == 1
-    curves = [curve for step in runs for curve in plots.loss_curves(f":{step.target.label.name}" if one_package else step.label, step.metrics_rows)]
-    figure = f'<figure id="loss-curves">{plots.curves_svg(curves, "Loss (train solid, eval dashed)")}</figure>' if curves else ""
+    curves = [
+        curve
+        for step in runs
+        for curve in plots.loss_curves(f":{step.target.label.name}" if one_package else step.label, step.metrics_rows)
+    ]
+    figure = (
+        f'<figure id="loss-curves">{plots.curves_svg(curves, "Loss (train solid, eval dashed)")}</figure>'
+        if curves
+        else ""
+    )
     return (
         '<section id="runs"><h2>Training runs</h2>'
-        '<p class="meta">Hyperparameters are the recipe\'s; final metrics come from each run\'s outputs and its evaluations, tokens_per_s and wall_time_s from the attempt that trained it. Click a column to sort.</p>'
-        + (f'<p id="shared-hyperparameters">{"Common to every run" if len(runs) > 1 else "Hyperparameters"}: {escape(common)}</p>' if common else "")
+        "<p class=\"meta\">Hyperparameters are the recipe's; final metrics come from each run's outputs and its evaluations, tokens_per_s and wall_time_s from the attempt that trained it. Click a column to sort.</p>"
+        + (
+            f'<p id="shared-hyperparameters">{"Common to every run" if len(runs) > 1 else "Hyperparameters"}: {escape(common)}</p>'
+            if common
+            else ""
+        )
         + f"{table}<h3>Loss curves</h3>{figure}</section>"
     )
 
@@ -250,7 +268,14 @@ def _fit_block(step: StepReport, prefix: str) -> str:
         for item in fit.get("forecasts", [])
     ]
     parts = [f"<h3>{_link(step.label, prefix)}</h3>", "".join(_image(found) for found in step.plots)]
-    parts.append("<h4>Forecasts</h4>" + _table(["budget (FLOPs)", "optimal tokens [95% CI]", "optimal params", "loss [95% CI]"], forecasts, "forecast-table"))
+    parts.append(
+        "<h4>Forecasts</h4>"
+        + _table(
+            ["budget (FLOPs)", "optimal tokens [95% CI]", "optimal params", "loss [95% CI]"],
+            forecasts,
+            "forecast-table",
+        )
+    )
     tokens_law, loss_law = fit.get("tokens_law", {}), fit.get("loss_law", {})
     laws = [
         f"D* = A·C^α: α = {_interval(tokens_law.get('alpha'), tokens_law.get('alpha_ci'))}, A = {_interval(tokens_law.get('A'), tokens_law.get('A_ci'))}",
@@ -259,21 +284,39 @@ def _fit_block(step: StepReport, prefix: str) -> str:
     ]
     parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in laws) + "</ul>")
     budgets = [
-        [_cell(item.get(name)) for name in ("budget", "compute", "optimal_tokens", "optimal_loss", "minimum_inside", "used")]
+        [
+            _cell(item.get(name))
+            for name in ("budget", "compute", "optimal_tokens", "optimal_loss", "minimum_inside", "used")
+        ]
         for item in fit.get("budgets", [])
     ]
     if budgets:
-        headers = ["budget", "measured compute", "optimal tokens", "optimal loss", "minimum inside the sweep", "in the laws"]
+        headers = [
+            "budget",
+            "measured compute",
+            "optimal tokens",
+            "optimal loss",
+            "minimum inside the sweep",
+            "in the laws",
+        ]
         parts.append("<h4>Per budget (isoFLOP parabolas)</h4>" + _table(headers, budgets))
     held_out = fit.get("held_out", [])
     if held_out:
         rows = [
-            [_cell(item.get(name)) for name in ("label", "budget", "loss", "forecast_loss", "relative_error", "within_ci")]
+            [
+                _cell(item.get(name))
+                for name in ("label", "budget", "loss", "forecast_loss", "relative_error", "within_ci")
+            ]
             for item in held_out
         ]
-        parts.append("<h4>Held-out runs</h4>" + _table(["run", "budget", "loss", "forecast loss", "relative error", "within CI"], rows, "held-out-table"))
+        parts.append(
+            "<h4>Held-out runs</h4>"
+            + _table(["run", "budget", "loss", "forecast loss", "relative error", "within CI"], rows, "held-out-table")
+        )
     if fit.get("warnings"):
-        parts.append("<ul>" + "".join(f"<li>warning: {escape(str(warning))}</li>" for warning in fit["warnings"]) + "</ul>")
+        parts.append(
+            "<ul>" + "".join(f"<li>warning: {escape(str(warning))}</li>" for warning in fit["warnings"]) + "</ul>"
+        )
     return "\n".join(parts)
 
 
@@ -281,7 +324,11 @@ def _scaling_section(report: Report) -> str:
     fits = report.fits
     if not fits:
         return ""
-    return '<section id="scaling"><h2>Scaling laws</h2>' + "".join(_fit_block(step, STEPS_DIR + "/") for step in fits) + "</section>"
+    return (
+        '<section id="scaling"><h2>Scaling laws</h2>'
+        + "".join(_fit_block(step, STEPS_DIR + "/") for step in fits)
+        + "</section>"
+    )
 
 
 def _plots_section(report: Report) -> str:
@@ -289,7 +336,10 @@ def _plots_section(report: Report) -> str:
     shown = [step for step in report.steps.values() if step.plots and step.label not in fitted]
     if not shown:
         return ""
-    blocks = "".join(f"<h3>{_link(step.label, STEPS_DIR + '/')}</h3>" + "".join(_image(found) for found in step.plots) for step in shown)
+    blocks = "".join(
+        f"<h3>{_link(step.label, STEPS_DIR + '/')}</h3>" + "".join(_image(found) for found in step.plots)
+        for step in shown
+    )
     return f'<section id="plots"><h2>Plots</h2>{blocks}</section>'
 
 
@@ -311,13 +361,19 @@ def _attempt_block(view: AttemptView, number: int, total: int) -> str:
         ("key", record.key),
         ("invocation", record.invocation),
     ]
-    rows = "".join(f"<tr><th>{name}</th><td>{escape(str(value))}</td></tr>" for name, value in facts if value not in (None, ""))
-    log = f"<pre class=\"log\">{escape(view.log_tail)}</pre>" if view.log_tail is not None else '<p class="meta">no log stored</p>'
+    rows = "".join(
+        f"<tr><th>{name}</th><td>{escape(str(value))}</td></tr>" for name, value in facts if value not in (None, "")
+    )
+    log = (
+        f'<pre class="log">{escape(view.log_tail)}</pre>'
+        if view.log_tail is not None
+        else '<p class="meta">no log stored</p>'
+    )
     return (
         f'<details class="attempt attempt-{record.status.value}" id="attempt-{escape(record.attempt_id)}"{" open" if failed else ""}>'
         f"<summary>attempt {number} of {total}: <b>{escape(record.status.value)}</b>, {escape(record.started or '')}, "
         f"{escape(_duration(record.duration_s))} on {escape(record.host or '?')}</summary>"
-        f"<table>{rows}</table><p class=\"meta\">log tail:</p>{log}"
+        f'<table>{rows}</table><p class="meta">log tail:</p>{log}'
         f"<details><summary>the whole record (provenance)</summary>{_json_block(record.to_json())}</details></details>"
     )
 
@@ -332,14 +388,21 @@ def _failure_section(report: Report) -> str:
         build = failure.invocation
         parts.append(
             f'<p class="meta">{escape(record.started or "?")} on {escape(record.host or "?")}, after {escape(_duration(record.duration_s))}'
-            + (f"; build {escape(build.invocation_id)} of {escape(' '.join(build.patterns))} by {escape(build.user or '?')}" if build else "")
+            + (
+                f"; build {escape(build.invocation_id)} of {escape(' '.join(build.patterns))} by {escape(build.user or '?')}"
+                if build
+                else ""
+            )
             + "</p>"
         )
         parts.append(f'<p class="error"><b>error:</b> {escape(record.error or "(none recorded)")}</p>')
         if failure.attempt.log_tail is not None:
             parts.append(f'<p class="meta">log tail:</p><pre class="log">{escape(failure.attempt.log_tail)}</pre>')
         if failure.skipped:
-            items = "".join(f"<li>{_link(label, STEPS_DIR + '/')}: {escape(reason or 'skipped')}</li>" for label, reason in failure.skipped)
+            items = "".join(
+                f"<li>{_link(label, STEPS_DIR + '/')}: {escape(reason or 'skipped')}</li>"
+                for label, reason in failure.skipped
+            )
             parts.append(f'<p>Skipped by that build:</p><ul class="skipped">{items}</ul>')
     parts.append("</section>")
     return "\n".join(parts)
@@ -404,7 +467,9 @@ def _index_page(report: Report) -> tuple[str, str]:
 def _outputs_block(step: StepReport) -> str:
     """The manifest summed up by top-level file or directory, then every file (folded)."""
     if step.entry is None:
-        return f'<p class="meta">No output under the current key ({escape(step.result.reason or step.status.value)}).</p>'
+        return (
+            f'<p class="meta">No output under the current key ({escape(step.result.reason or step.status.value)}).</p>'
+        )
     manifest = step.entry.manifest
     groups: dict[str, list[int]] = {}
     for item in manifest.files:
@@ -414,7 +479,10 @@ def _outputs_block(step: StepReport) -> str:
         counted[1] += item.size
     summary = [[f"<td>{escape(name)}</td>", _cell(files), _cell(size)] for name, (files, size) in groups.items()]
     listed = manifest.files[:_MAX_FILES_LISTED]
-    every = [[f"<td>{escape(item.path)}</td>", _cell(item.size), f"<td><code>{escape(item.digest[:16])}</code></td>"] for item in listed]
+    every = [
+        [f"<td>{escape(item.path)}</td>", _cell(item.size), f"<td><code>{escape(item.digest[:16])}</code></td>"]
+        for item in listed
+    ]
     more = f" (the first {len(listed)})" if len(listed) < len(manifest.files) else ""
     parts = [
         f"<p>{len(manifest.files):,} files, {_size(manifest.total_bytes)}; tree digest <code>{escape(step.entry.tree_digest[:16])}</code></p>",
@@ -422,7 +490,9 @@ def _outputs_block(step: StepReport) -> str:
         f"<details><summary>every file{more}</summary>{_table(['file', 'bytes', 'blake3'], every)}</details>",
     ]
     if step.unreadable:
-        parts.append(f"<p class=\"error\">Did not match the manifest when read for this report: {escape(', '.join(step.unreadable))}</p>")
+        parts.append(
+            f'<p class="error">Did not match the manifest when read for this report: {escape(", ".join(step.unreadable))}</p>'
+        )
     return "\n".join(parts)
 
 
@@ -437,7 +507,12 @@ def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
         ("used by", ", ".join(_link(dependent, "") for dependent in step.dependents) or "—"),
     ]
     if step.last_build is not None:
-        facts.append(("last build", escape(step.last_build.status + (f": {step.last_build_reason}" if step.last_build_reason else ""))))
+        facts.append(
+            (
+                "last build",
+                escape(step.last_build.status + (f": {step.last_build_reason}" if step.last_build_reason else "")),
+            )
+        )
     if target.attrs.get("description"):
         facts.append(("description", escape(target.attrs["description"])))
     body = [

@@ -32,7 +32,9 @@ def loss_curves(run: str, rows: Sequence[dict[str, Any]]) -> list[Curve]:
     each evaluation set (`eval/<set>/loss`) when there are several: with one set, that
     series is the overall evaluation loss again."""
     names = {name for row in rows for name in row}
-    per_set = sorted(name for name in names if name.startswith("eval/") and name.endswith("/loss") and name != EVAL_LOSS)
+    per_set = sorted(
+        name for name in names if name.startswith("eval/") and name.endswith("/loss") and name != EVAL_LOSS
+    )
     wanted = [name for name in (TRAIN_LOSS, EVAL_LOSS) if name in names] + (per_set if len(per_set) > 1 else [])
     curves = []
     for name in wanted:
@@ -49,7 +51,9 @@ def curves_svg(curves: Sequence[Curve], title: str) -> str:
 
     runs = list(dict.fromkeys(curve.run for curve in curves))
     palette = matplotlib.colormaps["tab10"]
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "marinbuild-report", "font.family": "sans-serif"}):
+    with matplotlib.rc_context(
+        {"svg.fonttype": "none", "svg.hashsalt": "marinbuild-report", "font.family": "sans-serif"}
+    ):
         figure = Figure(figsize=(8, 4.2), layout="constrained")
         axes = figure.add_subplot()
         for curve in curves:

@@ -22,7 +22,14 @@ from marinbuild.session import Session
 
 
 class ReportServer(HTTPServer):
-    def __init__(self, address: tuple[str, int], open_session: Callable[[], Session], patterns: Sequence[str], out: Path, refresh_s: int):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        open_session: Callable[[], Session],
+        patterns: Sequence[str],
+        out: Path,
+        refresh_s: int,
+    ):
         self.open_session = open_session  # a new session each time: BUILD files may have changed
         self.patterns = list(patterns)
         self.out = out
@@ -45,7 +52,10 @@ class _Handler(SimpleHTTPRequestHandler):
     server: ReportServer
 
     def do_GET(self) -> None:
-        if self.path.split("?")[0].endswith(("/", ".html")) and time.monotonic() - self.server.generated >= self.server.refresh_s:
+        if (
+            self.path.split("?")[0].endswith(("/", ".html"))
+            and time.monotonic() - self.server.generated >= self.server.refresh_s
+        ):
             try:
                 self.server.regenerate()
             except MarinbuildError as error:  # e.g. a BUILD file being edited: keep serving the last pages

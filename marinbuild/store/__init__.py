@@ -49,7 +49,9 @@ def open_store(url: str, local_dir: Path) -> Store:
     from fsspec.registry import known_implementations
 
     if scheme not in known_implementations:
-        raise StoreError(f"unsupported store URL '{url}'", hint="use a directory, file://, gs:// or another fsspec URL (s3://, ...)")
+        raise StoreError(
+            f"unsupported store URL '{url}'", hint="use a directory, file://, gs:// or another fsspec URL (s3://, ...)"
+        )
     from marinbuild.store.remote import RemoteStore
 
     return RemoteStore(url, local_dir)

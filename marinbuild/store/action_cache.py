@@ -19,19 +19,19 @@ import os
 import secrets
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_file
+from marinbuild.memo import Memo
 from marinbuild.store import layout
 from marinbuild.store.base import Store
 from marinbuild.store.local_cache import LocalCache
-from marinbuild.store.remote import RemoteStore
-from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_file
-from marinbuild.memo import Memo
 from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
+from marinbuild.store.remote import RemoteStore
 
 ENTRY_FORMAT = 1
 _PARALLEL_LOOKUPS = 32
@@ -244,7 +244,9 @@ class ActionCache:
             if isinstance(self.store, RemoteStore):
                 files = {item.path: Path(temporary, str(index)) for index, item in enumerate(entry.manifest.files)}
                 present = self.store.stat_tree(layout.output(key))
-                self.store.get_files({f"{layout.output(key)}/{path}": local for path, local in files.items() if path in present})
+                self.store.get_files(
+                    {f"{layout.output(key)}/{path}": local for path, local in files.items() if path in present}
+                )
             else:
                 root = self.store.local_path(layout.output(key))
                 files = {item.path: root / item.path for item in entry.manifest.files}
@@ -281,7 +283,13 @@ class ActionCache:
         attempt.out.mkdir()
         attempt.tmp.mkdir()
         attempt.log_path.touch()
-        attempt.record = {"key": key, "label": label, "attempt": attempt_id, "status": AttemptStatus.RUNNING.value, **info}
+        attempt.record = {
+            "key": key,
+            "label": label,
+            "attempt": attempt_id,
+            "status": AttemptStatus.RUNNING.value,
+            **info,
+        }
         self.store.write_bytes(layout.attempt_record(key, attempt_id), canonical_json(attempt.record).encode())
         self.store.write_bytes(layout.label_attempt(label, attempt_id, key), label.encode())
         return attempt
@@ -317,14 +325,23 @@ class ActionCache:
             self.local_cache.adopt(directory, manifest)
         return Uploaded(manifest, self.store.put_dir(directory, layout.output(key)))
 
-    def _commit(self, attempt: Attempt, uploaded: Uploaded, recipe: dict[str, Any], provenance: dict[str, Any]) -> Outputs:
+    def _commit(
+        self, attempt: Attempt, uploaded: Uploaded, recipe: dict[str, Any], provenance: dict[str, Any]
+    ) -> Outputs:
         manifest = uploaded.manifest
         root = self.output_dir(attempt.key)
         if not isinstance(self.store, RemoteStore):
             for item in manifest.files:
                 self.stat_cache.record(f"{root}/{item.path}", item.digest)
         entry = CacheEntry(
-            attempt.key, attempt.label, manifest, recipe, provenance, attempt.attempt_id, manifest.tree_digest, uploaded.checksums
+            attempt.key,
+            attempt.label,
+            manifest,
+            recipe,
+            provenance,
+            attempt.attempt_id,
+            manifest.tree_digest,
+            uploaded.checksums,
         )
         if not self.store.create_only(layout.entry(attempt.key), canonical_json(entry.to_json()).encode()):
             winner = self.lookup(attempt.key).outputs

@@ -45,7 +45,14 @@ def _backend_error_types() -> tuple[type[BaseException], ...]:
     from gcsfs.retry import HttpError
 
     # gcsfs reports a 400 (an invalid bucket name, say) as ValueError.
-    return (OSError, ValueError, HttpError, aiohttp.ClientError, google.auth.exceptions.GoogleAuthError, requests.RequestException)
+    return (
+        OSError,
+        ValueError,
+        HttpError,
+        aiohttp.ClientError,
+        google.auth.exceptions.GoogleAuthError,
+        requests.RequestException,
+    )
 
 
 class GCSStore(RemoteStore):
@@ -137,9 +144,13 @@ class GCSStore(RemoteStore):
         upload: GCS (and fake-gcs-server) check the precondition on it."""
         metadata = json.dumps({"name": self._key(path)})
         body = (
-            f"--{_BOUNDARY}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{metadata}\r\n"
-            f"--{_BOUNDARY}\r\nContent-Type: application/octet-stream\r\n\r\n"
-        ).encode() + data + f"\r\n--{_BOUNDARY}--".encode()
+            (
+                f"--{_BOUNDARY}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{metadata}\r\n"
+                f"--{_BOUNDARY}\r\nContent-Type: application/octet-stream\r\n\r\n"
+            ).encode()
+            + data
+            + f"\r\n--{_BOUNDARY}--".encode()
+        )
         written = self.fs.call(
             "POST",
             f"{self.fs._location}/upload/storage/v1/b/{quote(self.bucket)}/o",
@@ -166,7 +177,10 @@ class GCSStore(RemoteStore):
         except FileExistsError:
             return False
         except FileNotFoundError:
-            raise StoreError(f"store {self.url}: bucket {self.bucket} does not exist", hint=f"create it: gcloud storage buckets create gs://{self.bucket}") from None
+            raise StoreError(
+                f"store {self.url}: bucket {self.bucket} does not exist",
+                hint=f"create it: gcloud storage buckets create gs://{self.bucket}",
+            ) from None
         return True
 
     def lease_holder(self, name: str) -> str | None:

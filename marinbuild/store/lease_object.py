@@ -81,7 +81,13 @@ class Holder:
     def parse(cls, data: bytes) -> Holder | None:
         try:
             fields: dict[str, Any] = json.loads(data)
-            return cls(str(fields["user"]), str(fields["host"]), int(fields["pid"]), str(fields["token"]), float(fields["expires"]))
+            return cls(
+                str(fields["user"]),
+                str(fields["host"]),
+                int(fields["pid"]),
+                str(fields["token"]),
+                float(fields["expires"]),
+            )
         except (ValueError, KeyError, TypeError):
             return None  # unreadable: treated as expired
 
@@ -100,7 +106,9 @@ def current_holder(objects: VersionedObjects, name: str) -> Holder | None:
     return holder if holder is not None and holder.expires >= time.time() else None
 
 
-def _acquire(objects: VersionedObjects, name: str, token: str, settings: LeaseSettings, waiting: WaitingFn | None) -> int:
+def _acquire(
+    objects: VersionedObjects, name: str, token: str, settings: LeaseSettings, waiting: WaitingFn | None
+) -> int:
     """Block until this builder holds the lease; its generation."""
     shown: str | None = None
     while True:
@@ -124,7 +132,13 @@ def _acquire(objects: VersionedObjects, name: str, token: str, settings: LeaseSe
 class _Heartbeat(threading.Thread):
     def __init__(self, objects: VersionedObjects, lease: Lease, token: str, generation: int, settings: LeaseSettings):
         super().__init__(name=f"lease {lease.name}", daemon=True)
-        self.objects, self.lease, self.token, self.generation, self.settings = objects, lease, token, generation, settings
+        self.objects, self.lease, self.token, self.generation, self.settings = (
+            objects,
+            lease,
+            token,
+            generation,
+            settings,
+        )
         self.stopping = threading.Event()
         self.expires = time.time() + settings.ttl_s
 
@@ -144,7 +158,9 @@ class _Heartbeat(threading.Thread):
 
 
 @contextmanager
-def held_lease(objects: VersionedObjects, name: str, settings: LeaseSettings, waiting: WaitingFn | None) -> Iterator[Lease]:
+def held_lease(
+    objects: VersionedObjects, name: str, settings: LeaseSettings, waiting: WaitingFn | None
+) -> Iterator[Lease]:
     token = secrets.token_hex(8)
     generation = _acquire(objects, name, token, settings, waiting)
     lease = Lease(name)

@@ -108,7 +108,9 @@ def syncing(store: Store, key: str, attempt_id: str, log: Path | None, scratch: 
     """Upload the attempt's log (and scratch) every interval while the block runs, and
     once more at its end, whatever the outcome. (`log` None: a Ray host syncs only the
     scratch; the driver uploads the log it streams from every host.)"""
-    syncs: list[Callable[[], None]] = [] if log is None else [_LogUploader(store, log, layout.attempt_log(key, attempt_id)).sync]
+    syncs: list[Callable[[], None]] = (
+        [] if log is None else [_LogUploader(store, log, layout.attempt_log(key, attempt_id)).sync]
+    )
     syncs += [scratch.sync] if scratch is not None else []
     stopping = threading.Event()
 

@@ -60,5 +60,8 @@ def list_files(root: Path) -> list[str]:
 def hash_tree(root: Path) -> Manifest:
     """Hash freshly written outputs (never cached: they are new by definition)."""
     return Manifest(
-        tuple(FileEntry(relative, digest_file(root / relative), (root / relative).stat().st_size) for relative in list_files(root))
+        tuple(
+            FileEntry(relative, digest_file(root / relative), (root / relative).stat().st_size)
+            for relative in list_files(root)
+        )
     )

@@ -211,14 +211,24 @@ class RemoteStore(Store):
         files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
         if files:
             callback = _transfer_callback("uploaded", sum((local / name).stat().st_size for name in files))
-            self.fs.put([str(local / name) for name in files], [self._full(f"{path}/{name}") for name in files], callback=callback)
+            self.fs.put(
+                [str(local / name) for name in files],
+                [self._full(f"{path}/{name}") for name in files],
+                callback=callback,
+            )
         stored = self.stat_tree(path)
         checksums: dict[str, str] = {}
         for name in files:
             expected = ObjectStat((local / name).stat().st_size, self.local_checksum(local / name))
             found = stored.get(name)
-            if found is None or found.size != expected.size or (expected.checksum and found.checksum != expected.checksum):
-                raise StoreError(f"upload of {self.location(f'{path}/{name}')} did not verify (stored {found}, local {expected})")
+            if (
+                found is None
+                or found.size != expected.size
+                or (expected.checksum and found.checksum != expected.checksum)
+            ):
+                raise StoreError(
+                    f"upload of {self.location(f'{path}/{name}')} did not verify (stored {found}, local {expected})"
+                )
             if found.checksum is not None:
                 checksums[name] = found.checksum
         return checksums
@@ -243,7 +253,9 @@ class RemoteStore(Store):
         only serves the progress report)."""
         if files:
             callback = _transfer_callback("downloaded", total_bytes)
-            self.fs.get([self._full(path) for path in files], [str(local) for local in files.values()], callback=callback)
+            self.fs.get(
+                [self._full(path) for path in files], [str(local) for local in files.values()], callback=callback
+            )
 
     def local_path(self, path: str) -> Path:
         return self.local_dir / path

@@ -26,7 +26,11 @@ def json_type_error(value: JsonValue) -> str | None:
     if value is None or isinstance(value, (str, bool, int)):
         return None
     if isinstance(value, float):
-        return None if value == value and value not in (float("inf"), float("-inf")) else "NaN and infinities are not allowed"
+        return (
+            None
+            if value == value and value not in (float("inf"), float("-inf"))
+            else "NaN and infinities are not allowed"
+        )
     if isinstance(value, (list, tuple)):
         for item in value:
             if (why := json_type_error(item)) is not None:

@@ -89,7 +89,9 @@ class Resources:
         if is_tpu_type(self.accelerator):
             tpu_slice(str(self.accelerator))
             if self.hosts != 1:
-                raise ValueError(f"resources: a TPU slice's type says its hosts ({self.accelerator}); ask for more with 'slices', not 'hosts'")
+                raise ValueError(
+                    f"resources: a TPU slice's type says its hosts ({self.accelerator}); ask for more with 'slices', not 'hosts'"
+                )
         elif self.slices != 1:
             raise ValueError("resources: 'slices' counts TPU slices; give a TPU type as 'accelerator' (e.g. v5p-64)")
 
@@ -113,7 +115,12 @@ COMMON_ATTRS: dict[str, Attr] = {
     "name": Attr(types.STRING, identity=False, doc="The target's name within its package."),
     "tags": Attr(types.STRING_LIST, default=[], identity=False, doc="'manual' keeps it out of wildcards."),
     "description": Attr(types.STRING, default="", identity=False),
-    "resources": Attr(types.DICT, default={}, identity=False, doc="{'cpu': N, 'memory_gb': N, 'accelerator': 'H100' or 'v5p-64', 'accelerator_count': 8, 'hosts': N, 'slices': N}"),
+    "resources": Attr(
+        types.DICT,
+        default={},
+        identity=False,
+        doc="{'cpu': N, 'memory_gb': N, 'accelerator': 'H100' or 'v5p-64', 'accelerator_count': 8, 'hosts': N, 'slices': N}",
+    ),
 }
 
 

@@ -55,7 +55,9 @@ def tpu_slice(type_: str) -> TpuSlice:
         )
     cores_per_chip = 1 if generation in _ONE_CORE_PER_CHIP else 2
     chips = max(1, int(size) // cores_per_chip)
-    per_host = chips if generation in _ONE_CORE_PER_CHIP and chips <= _LARGEST_SINGLE_HOST else min(chips, _CHIPS_PER_HOST)
+    per_host = (
+        chips if generation in _ONE_CORE_PER_CHIP and chips <= _LARGEST_SINGLE_HOST else min(chips, _CHIPS_PER_HOST)
+    )
     if chips % per_host:
         raise ValueError(f"'{type_}' has {chips} chips, not a whole number of {per_host}-chip hosts")
     return TpuSlice(type_, generation, chips, per_host)

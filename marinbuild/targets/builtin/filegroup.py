@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import shutil
 
-from marinbuild.targets.context import Context
 from marinbuild.labels import parse_label
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr
+from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Rule
 
 

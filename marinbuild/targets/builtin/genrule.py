@@ -14,9 +14,9 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
+from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Rule
 
 # One Make variable: `$$`, `$@`, `$<`, or `$(NAME)` / `$(NAME ARG)`.
@@ -88,14 +88,17 @@ def _run(ctx: Context) -> None:
         (ctx.out / out).parent.mkdir(parents=True, exist_ok=True)
     script = expand_command(ctx)
     ctx.log.info("$ %s", script)
-    with open(ctx.log_path, "ab") as log, ctx.processes.popen(
-        ["bash", "-c", "set -euo pipefail\n" + script],
-        cwd=ctx.tmp,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "RULEDIR": str(ctx.out)},
-    ) as process:
+    with (
+        open(ctx.log_path, "ab") as log,
+        ctx.processes.popen(
+            ["bash", "-c", "set -euo pipefail\n" + script],
+            cwd=ctx.tmp,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RULEDIR": str(ctx.out)},
+        ) as process,
+    ):
         returncode = process.wait()
     if returncode != 0:
         raise StepFailed(f"command exited with status {returncode}", returncode)

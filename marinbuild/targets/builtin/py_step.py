@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr
+from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Execution, Rule
 
 
