@@ -178,10 +178,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     noop, rates = report["noop"], report["throughput_mib_s"]
     print(
         f"no-op build of {noop['targets']} cached targets on gs://: {noop['noop_cli_s']:.2f} s (command), "
-        f"{noop['noop_build_s']:.2f} s in process, {noop['noop_requests']:.0f} requests; cold build {noop['cold_build_s']:.1f} s"
+        f"{noop['noop_build_s']:.2f} s in process, {noop['noop_requests']:.0f} requests; "
+        f"cold build {noop['cold_build_s']:.1f} s"
     )
     print(
-        f"{rates['size_mib']} MiB output, MiB/s: upload marinbuild {rates['upload_marinbuild']:.0f} vs gcsfs {rates['upload_gcsfs']:.0f}; "
+        f"{rates['size_mib']} MiB output, MiB/s: "
+        f"upload marinbuild {rates['upload_marinbuild']:.0f} vs gcsfs {rates['upload_gcsfs']:.0f}; "
         f"download marinbuild {rates['download_marinbuild']:.0f} vs gcsfs {rates['download_gcsfs']:.0f}"
     )
     if args.json_out:

@@ -85,7 +85,10 @@ def _fit(ctx: Context) -> None:
 fit_scaling_law = Rule(
     name="fit_scaling_law",
     impl=_fit,
-    doc="Fit isoFLOP parabolas, the compute-optimal token law and the loss power law -> fit.json, isoflops.png, scaling.png.",
+    doc=(
+        "Fit isoFLOP parabolas, the compute-optimal token law and the loss power law"
+        " -> fit.json, isoflops.png, scaling.png."
+    ),
     attrs={
         "runs": Attr(
             types.LABEL_KEYED_DICT, doc="{train_lm target: its budget in FLOPs}, e.g. what isoflop_sweep returns."

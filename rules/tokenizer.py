@@ -60,7 +60,8 @@ def tokenizer_directory(files: Iterable[Path]) -> Path:
     found = sorted({path.parent for path in files if path.name in ("tokenizer_config.json", "tokenizer.json")})
     if len(found) != 1:
         raise StepFailed(
-            f"expected one tokenizer directory (holding tokenizer.json or tokenizer_config.json) in the input, found {len(found)}"
+            "expected one tokenizer directory (holding tokenizer.json or tokenizer_config.json) in the input, "
+            f"found {len(found)}"
         )
     return found[0]
 

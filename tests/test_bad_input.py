@@ -376,11 +376,13 @@ def test_unknown_and_missing_attributes(tmp_path, source, line, message, hint):
         ("filegroup(name = 'x', resources = [])", "filegroup 'x': attribute 'resources': expected a dict, got list []"),
         (
             "filegroup(name = 'x', resources = {'gpu': 1})",
-            "filegroup 'x': unknown resource fields ['gpu']; known: accelerator, accelerator_count, cpu, hosts, memory_gb, slices",
+            "filegroup 'x': unknown resource fields ['gpu']; "
+            "known: accelerator, accelerator_count, cpu, hosts, memory_gb, slices",
         ),
         (
             "py_step(name = 'x', fn = 'steps:f')",
-            "py_step 'x': attribute 'fn': expected 'FILE_LABEL:function' naming a .py file and a function, got 'steps:f'",
+            "py_step 'x': attribute 'fn': expected 'FILE_LABEL:function' naming a .py file and a function, "
+            "got 'steps:f'",
         ),
         (
             "py_step(name = 'x', fn = 's.py:f', config = {1: 2})",
@@ -608,7 +610,11 @@ def test_crossing_into_a_subpackage_has_a_hint(tmp_path):
         ),
         (
             {
-                "p/BUILD.marin": "filegroup(name = 'a', srcs = [':b'])\nfilegroup(name = 'b', srcs = [':c'])\nfilegroup(name = 'c', srcs = [':a'])\n"
+                "p/BUILD.marin": (
+                    "filegroup(name = 'a', srcs = [':b'])\n"
+                    "filegroup(name = 'b', srcs = [':c'])\n"
+                    "filegroup(name = 'c', srcs = [':a'])\n"
+                )
             },
             "//p:b",
             [
@@ -622,7 +628,10 @@ def test_crossing_into_a_subpackage_has_a_hint(tmp_path):
             # a path into the cycle is not part of it
             {
                 "p/BUILD.marin": "filegroup(name = 'top', srcs = ['//q:a'])\n",
-                "q/BUILD.marin": "\nfilegroup(name = 'a', srcs = [':b'])\n\ngenrule(name = 'b', srcs = ['f.txt', ':a'], outs = ['o'], cmd = 'true')\n",
+                "q/BUILD.marin": (
+                    "\nfilegroup(name = 'a', srcs = [':b'])\n"
+                    "\ngenrule(name = 'b', srcs = ['f.txt', ':a'], outs = ['o'], cmd = 'true')\n"
+                ),
                 "q/f.txt": "",
             },
             "//p:top",

@@ -423,7 +423,11 @@ def test_two_concurrent_builds_run_each_step_once(make_workspace):
 def test_editing_a_loaded_star_file_reruns_what_it_defines(make_workspace):
     ws = make_workspace(
         {
-            "pkg/defs.star": 'MESSAGE = "one"\ndef shout(name):\n    genrule(name = name, outs = [name + ".txt"], cmd = "echo " + MESSAGE + " > $@")\n',
+            "pkg/defs.star": (
+                'MESSAGE = "one"\n'
+                "def shout(name):\n"
+                '    genrule(name = name, outs = [name + ".txt"], cmd = "echo " + MESSAGE + " > $@")\n'
+            ),
             "pkg/BUILD.marin": """\
                 load(":defs.star", "shout")
                 shout("loud")

@@ -239,7 +239,10 @@ def test_one_invocation_record_per_build(make_workspace):
 
 # -- 9. --jobs and resources ----------------------------------------------------------------------
 
-TIMED = 'genrule(name = "{name}", outs = ["{name}.txt"], cmd = "date +%s.%N > $@; sleep {sleep}; date +%s.%N >> $@"{extra})\n'
+TIMED = (
+    'genrule(name = "{name}", outs = ["{name}.txt"], '
+    'cmd = "date +%s.%N > $@; sleep {sleep}; date +%s.%N >> $@"{extra})\n'
+)
 
 
 def _interval(output: str | Path, name: str) -> tuple[float, float]:

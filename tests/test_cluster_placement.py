@@ -91,7 +91,9 @@ def test_several_hosts_for_a_single_host_rule_is_a_load_error(tmp_path) -> None:
     ws = new_workspace(
         tmp_path / "ws",
         {
-            "pkg/BUILD.marin": 'genrule(name = "x", outs = ["x.txt"], cmd = "true > $@",\n        resources = {"hosts": 2})\n'
+            "pkg/BUILD.marin": (
+                'genrule(name = "x", outs = ["x.txt"], cmd = "true > $@",\n        resources = {"hosts": 2})\n'
+            )
         },
     )
     result = build(ws, "//pkg:x")

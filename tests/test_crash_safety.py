@@ -121,7 +121,8 @@ def test_sigkill_at_random_moments_never_publishes_a_bad_entry(make_workspace):
 
 CHAIN = """\
     genrule(name = "src", outs = ["src.txt"], cmd = "echo alpha > $@")
-    genrule(name = "mid", srcs = [":src"], outs = ["mid.txt", "sub/mid2.txt"], cmd = "cat $< > $(RULEDIR)/mid.txt; echo b2 > $(RULEDIR)/sub/mid2.txt")
+    genrule(name = "mid", srcs = [":src"], outs = ["mid.txt", "sub/mid2.txt"], \
+cmd = "cat $< > $(RULEDIR)/mid.txt; echo b2 > $(RULEDIR)/sub/mid2.txt")
     genrule(name = "last", srcs = [":mid"], outs = ["last.txt"], cmd = "cat $(SRCS) > $@; echo c >> $@")
     """
 # Names that are not emoji short codes: see test_cli.py for labels like //pkg:b.

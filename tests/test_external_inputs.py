@@ -37,7 +37,9 @@ def _workspace(make_workspace, outside: Path, name: str | None = None) -> Path:
     return make_workspace(
         {
             "myrules.py": RULE_MODULE.format(outside=str(outside)),
-            "p/BUILD.marin": 'copy_outside(name = "c")\ngenrule(name = "d", srcs = [":c"], outs = ["d.txt"], cmd = "cat $< > $@")\n',
+            "p/BUILD.marin": (
+                'copy_outside(name = "c")\ngenrule(name = "d", srcs = [":c"], outs = ["d.txt"], cmd = "cat $< > $@")\n'
+            ),
         },
         config='rules = ["myrules"]\n',
         name=name,

@@ -155,7 +155,8 @@ PIPELINE = """\
     genrule(name = "data", outs = ["data.txt"], cmd = "seq 1 2000 > $@")
     genrule(name = "tokens", srcs = [":data"], outs = ["tokens.txt"], cmd = "tr 0-9 a-j < $< > $@")
     genrule(name = "model", srcs = [":tokens"], outs = ["model/weights.bin", "model/config.json"],
-            cmd = "sleep 0.3; sha256sum $< > $(RULEDIR)/model/weights.bin; echo '{\\"layers\\": 2}' > $(RULEDIR)/model/config.json")
+            cmd = "sleep 0.3; sha256sum $< > $(RULEDIR)/model/weights.bin; \
+echo '{\\"layers\\": 2}' > $(RULEDIR)/model/config.json")
     """
 
 

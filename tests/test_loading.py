@@ -580,7 +580,9 @@ RELOAD_FILES = {
         make(name = "gen")
         filegroup(name = "files", srcs = glob(["**/*.txt"]))
         """,
-    "rules/outer.star": 'load(":inner.star", "CMD")\ndef make(name):\n    genrule(name = name, outs = ["o"], cmd = CMD)\n',
+    "rules/outer.star": (
+        'load(":inner.star", "CMD")\ndef make(name):\n    genrule(name = name, outs = ["o"], cmd = CMD)\n'
+    ),
     "rules/inner.star": 'CMD = "echo aa > $@"\n',
     "p/a.txt": "",
     "p/d/b.txt": "",
@@ -624,8 +626,8 @@ def test_an_error_is_reported_on_every_load_until_fixed(tmp_path):
         with pytest.raises(LoadError) as caught:
             _targets(ws, "//p:all")
         assert (
-            str(caught.value)
-            == "p/BUILD.marin:3: genrule 'gen': unknown variable '$(X)' in cmd; write '$$' for a literal '$' (e.g. '$$(date)')"
+            str(caught.value) == "p/BUILD.marin:3: genrule 'gen': unknown variable '$(X)' in cmd; "
+            "write '$$' for a literal '$' (e.g. '$$(date)')"
         )
     (ws / "rules" / "inner.star").write_text('CMD = "echo ok > $@"\n')
     assert _targets(ws, "//p:gen")["//p:gen"][1]["cmd"] == "echo ok > $@"

@@ -420,7 +420,11 @@ def test_cycles_do_not_hang_a_query(tmp_path):
     cyclic = new_workspace(
         tmp_path / "ws",
         {
-            "p/BUILD.marin": 'filegroup(name = "a", srcs = [":b"])\nfilegroup(name = "b", srcs = [":a"])\nfilegroup(name = "c", srcs = [":a"])\n'
+            "p/BUILD.marin": (
+                'filegroup(name = "a", srcs = [":b"])\n'
+                'filegroup(name = "b", srcs = [":a"])\n'
+                'filegroup(name = "c", srcs = [":a"])\n'
+            )
         },
     )
     assert labels(cyclic, "deps(//p:c)") == ["//p:c", "//p:a", "//p:b"]

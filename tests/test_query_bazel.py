@@ -13,7 +13,8 @@ The sets must be equal, and for the queries marked `ordered` so must the printed
 Both print Bazel's default order (a topological order with ties broken by label) over
 the edges of the result; Bazel only knows the edges it has traversed (not those out of
 a target that a pattern or `siblings` named but no traversal left), so for a few set
-operations its order differs, and those compare as sets. `somepath` queries have a single shortest path, so that "some path" is one answer.
+operations its order differs, and those compare as sets. `somepath` queries have a
+single shortest path, so that "some path" is one answer.
 """
 
 from __future__ import annotations

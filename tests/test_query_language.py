@@ -151,7 +151,8 @@ def test_cli_syntax_error_exits_2_and_shows_the_column(ws):
     result = run_cli(["query", "deps(//p:b"], cwd=ws)
     assert result.rc == 2
     assert result.stderr == (
-        "marinbuild: error: expected ')' to close deps( (it takes 1 to 2 arguments), got the end of the query (column 11 of the query)\n"
+        "marinbuild: error: expected ')' to close deps( (it takes 1 to 2 arguments), "
+        "got the end of the query (column 11 of the query)\n"
         "    deps(//p:b\n"
         "              ^\n"
     )

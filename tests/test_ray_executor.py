@@ -108,7 +108,8 @@ def test_missing_resources_and_imports_fail_their_step_only(make_workspace, ray_
     build = (
         BUILD
         + """
-genrule(name = "on_gpus", outs = ["x.txt"], cmd = "true > $@", resources = {"accelerator": "H100", "accelerator_count": 8})
+genrule(name = "on_gpus", outs = ["x.txt"], cmd = "true > $@", \
+resources = {"accelerator": "H100", "accelerator_count": 8})
 py_step(name = "imports", fn = "steps.py:needs_a_missing_package")
 """
     )

@@ -6,8 +6,8 @@ cache (three widths at two budgets), a held-out run, and fit_scaling_law over th
 it opens the report in headless Chromium (Debian's chromium and chromium-driver, driven
 by selenium) and checks what a reader sees: the graph, the runs table and loss curves of
 every run, the fit's plots and numbers as fit.json has them, and the failure with its log.
-A screenshot is saved as a test artifact, test-artifacts/report.png in the checkout. The status test needs no browser: it
-reads the report's steps table.
+A screenshot is saved as a test artifact, test-artifacts/report.png in the checkout. The
+status test needs no browser: it reads the report's steps table.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # apt: ch
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"  # git-ignored; CI keeps what is there
 
 EXTRA_TARGETS = """
-genrule(name = "broken", outs = ["x.txt"], cmd = "echo loading shards; echo 'CUDA out of memory (on purpose)' >&2; exit 3")
+genrule(name = "broken", outs = ["x.txt"], \
+cmd = "echo loading shards; echo 'CUDA out of memory (on purpose)' >&2; exit 3")
 genrule(name = "after_broken", srcs = [":broken"], outs = ["y.txt"], cmd = "cat $< > $@")
 """
 
@@ -58,8 +59,10 @@ recipe = scaling_recipe(
 def one_core(budget):
     return cpu(cores = 1, memory_gb = 2)
 
-runs = isoflop_sweep(name = "iso", budgets = [1e9, 3e9], candidates_per_budget = 3, data = ":tokens", recipe = recipe, resources = one_core, evaluate = False)
-held_out = optimal_runs(name = "heldout", budgets = [6e9], widths = {6e9: 16}, data = ":tokens", recipe = recipe, resources = one_core, evaluate = False)
+runs = isoflop_sweep(name = "iso", budgets = [1e9, 3e9], candidates_per_budget = 3, data = ":tokens", \
+recipe = recipe, resources = one_core, evaluate = False)
+held_out = optimal_runs(name = "heldout", budgets = [6e9], widths = {6e9: 16}, data = ":tokens", \
+recipe = recipe, resources = one_core, evaluate = False)
 fit_scaling_law(name = "fit", runs = runs, held_out = held_out, target_budgets = [1e11], bootstrap = 100)
 """
 SWEEP = [f"{PKG}:iso-{budget}-{width}-L1" for budget in ("1e9", "3e9") for width in ("d4", "d16", "d64")]

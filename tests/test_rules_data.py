@@ -71,7 +71,8 @@ def test_text_files_reads_text_parquet_and_compressed_urls(make_workspace, tmp_p
         {
             "d/BUILD.marin": f"""\
                 text_files(name = "txt", srcs = glob(["texts/*.txt"]), format = "text", validation_fraction = 0.5)
-                text_files(name = "pq", urls = ["file://{remote}/*.parquet"], format = "parquet", text_key = "body", validation_fraction = 0.5)
+                text_files(name = "pq", urls = ["file://{remote}/*.parquet"], format = "parquet", \
+text_key = "body", validation_fraction = 0.5)
                 text_files(name = "gz", urls = ["{remote}/*.jsonl.gz"], text_key = "content", validation_fraction = 0.5)
                 """,
             "d/texts/1.txt": "first file\nwhole",
@@ -194,9 +195,12 @@ def test_hf_dataset_reads_a_pinned_snapshot(make_workspace, offline_hub):
     ws = make_workspace(
         {
             "d/BUILD.marin": f"""\
-                hf_dataset(name = "tiny", repo = "acme/tiny", revision = "{offline_hub.commit}", sample_count = 5, validation_fraction = 0.25)
-                hf_dataset(name = "small", repo = "acme/subsets", revision = "{offline_hub.commit}", subset = "small", text_key = "content", validation_fraction = 0.5)
-                hf_dataset(name = "branch", repo = "acme/tiny", revision = "main", allow_unpinned = True, validation_fraction = 0.25)
+                hf_dataset(name = "tiny", repo = "acme/tiny", revision = "{offline_hub.commit}", \
+sample_count = 5, validation_fraction = 0.25)
+                hf_dataset(name = "small", repo = "acme/subsets", revision = "{offline_hub.commit}", \
+subset = "small", text_key = "content", validation_fraction = 0.5)
+                hf_dataset(name = "branch", repo = "acme/tiny", revision = "main", allow_unpinned = True, \
+validation_fraction = 0.25)
                 """
         },
         config=RULES,
@@ -227,7 +231,8 @@ def test_hf_dataset_refuses_a_branch(make_workspace, offline_hub):
         ws,
         "d/BUILD.marin",
         2,
-        "hf_dataset 'c': revision 'main' is not a commit hash: a branch or tag can move while the cache keeps serving the old snapshot",
+        "hf_dataset 'c': revision 'main' is not a commit hash: "
+        "a branch or tag can move while the cache keeps serving the old snapshot",
     )
 
 
@@ -295,7 +300,9 @@ def test_python_corpus_version_is_not_an_input(make_workspace):
 def test_data_rules_are_byte_identical_across_stores(make_workspace, tmp_path):
     ws = make_workspace(
         {
-            "d/BUILD.marin": 'text_files(name = "c", srcs = ["docs.jsonl"])\npython_corpus(name = "py", sample_count = 20)\n',
+            "d/BUILD.marin": (
+                'text_files(name = "c", srcs = ["docs.jsonl"])\npython_corpus(name = "py", sample_count = 20)\n'
+            ),
             "d/docs.jsonl": jsonl(DOCS),
         },
         config=RULES,

@@ -79,7 +79,8 @@ def test_dry_run_and_query_over_the_full_suite(tmp_path: Path) -> None:
     assert rc == 0, err
     assert f"would-run {PKG}:fineweb_edu " in out
     assert re.search(
-        r"pending   //experiments/delphi:full-heldout-1e23-d\d+-L\d+ .*\n +1e23 FLOPs: d\d+ L\d+ \d+h, [0-9.e]+ non-embedding params, [0-9.e]+ tokens",
+        r"pending   //experiments/delphi:full-heldout-1e23-d\d+-L\d+ .*\n"
+        r" +1e23 FLOPs: d\d+ L\d+ \d+h, [0-9.e]+ non-embedding params, [0-9.e]+ tokens",
         out,
     ), out
     rc, out, err = run_cli(REPO, "query", f"kind(train_lm, deps({PKG}:full))")

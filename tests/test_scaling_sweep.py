@@ -30,7 +30,8 @@ recipe = scaling_recipe(
     depth_base = 32, depth_log_slope = 0, depth_offset = 0,
     target_steps = 4, min_batch = 2, max_batch = 4, max_eval_batches = 1,
 )
-runs = isoflop_sweep(name = "iso", budgets = {budgets!r}, candidates_per_budget = 1, data = ":tokens", recipe = recipe, evaluate = False)
+runs = isoflop_sweep(name = "iso", budgets = {budgets!r}, candidates_per_budget = 1, data = ":tokens", \
+recipe = recipe, evaluate = False)
 fit_scaling_law(name = "fit", runs = runs, bootstrap = 10)
 """
 

@@ -276,7 +276,10 @@ def test_a_builder_waiting_for_a_running_key_shows_its_log(make_workspace, monke
     monkeypatch.setenv("MARINBUILD_SYNC_S", "1")
     ws = make_workspace(
         {
-            "pkg/BUILD.marin": "genrule(name = 'slow', outs = ['o.txt'], cmd = 'for i in 1 2 3 4 5 6; do echo tick-$$i; sleep 0.5; done; echo > $@')\n"
+            "pkg/BUILD.marin": (
+                "genrule(name = 'slow', outs = ['o.txt'], "
+                "cmd = 'for i in 1 2 3 4 5 6; do echo tick-$$i; sleep 0.5; done; echo > $@')\n"
+            )
         }
     )
 

@@ -42,7 +42,8 @@ def history_lines(items: list[HistoryItem]) -> list[str]:
         )
         lines.append(
             f"{invocation.started or '?'}  {invocation.result:11}  {invocation.user or '?'}@{invocation.host or '?'}"
-            f"  {invocation.command} {' '.join(invocation.patterns)}  ({counts or 'nothing done'})  invocation {invocation.invocation_id}"
+            f"  {invocation.command} {' '.join(invocation.patterns)}  ({counts or 'nothing done'})"
+            f"  invocation {invocation.invocation_id}"
         )
         for outcome, attempt in item.outcomes:
             line = f"    {outcome.status:8} {outcome.label}"
@@ -124,7 +125,8 @@ def _input_lines(inputs: dict, indent: str) -> list[str]:
             lines.append(f"{indent}  ({made_by['error']})")
         elif made_by:
             lines.append(
-                f"{indent}  {made_by['recipe']['rule']} version {made_by['recipe']['version']}, built {made_by['provenance'].get('finished', '?')}"
+                f"{indent}  {made_by['recipe']['rule']} version {made_by['recipe']['version']}, "
+                f"built {made_by['provenance'].get('finished', '?')}"
             )
             lines += _input_lines(made_by["recipe"]["inputs"], indent + "  ")
     return lines

@@ -82,7 +82,10 @@ class Placement:
     def describe(self) -> str:
         hosts = f"{self.processes} host{'s' if self.processes > 1 else ''}"
         if self.slice_head is not None:
-            hosts += f" ({self.slices} slice{'s' if self.slices > 1 else ''} of {self.hosts_per_slice}, each reserved by {self.slice_head})"
+            hosts += (
+                f" ({self.slices} slice{'s' if self.slices > 1 else ''} of {self.hosts_per_slice}, "
+                f"each reserved by {self.slice_head})"
+            )
         return f"{hosts}, each with {self.host.describe()}"
 
 

@@ -79,8 +79,10 @@ def _layered(nodes: Sequence[Node], deps: Mapping[str, Sequence[str]]) -> str:
     width = _MARGIN * 2 + len(columns) * (_WIDTH + _GAP_X) - _GAP_X
     height = _MARGIN * 2 + max((len(column) for column in columns), default=0) * (_HEIGHT + _GAP_Y) - _GAP_Y
     parts = [
-        f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto">'
+        f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" '
+        'markerWidth="7" markerHeight="7" orient="auto">'
         '<path d="M0,0 L10,5 L0,10 z" fill="#607d8b"/></marker></defs>',
     ]
     for node in nodes:
@@ -99,11 +101,15 @@ def _layered(nodes: Sequence[Node], deps: Mapping[str, Sequence[str]]) -> str:
         x, y = position[node.label]
         fill, stroke = COLOURS[node.status]
         parts.append(
-            f'<a href="{escape(node.href)}"><g class="node" data-label="{escape(node.label)}" data-status="{node.status.value}">'
+            f'<a href="{escape(node.href)}">'
+            f'<g class="node" data-label="{escape(node.label)}" data-status="{node.status.value}">'
             f"<title>{escape(node.label)} ({node.status.value})</title>"
-            f'<rect x="{x}" y="{y}" width="{_WIDTH}" height="{_HEIGHT}" rx="7" fill="{fill}" stroke="{stroke}" stroke-width="1.6"/>'
-            f'<text x="{x + 10}" y="{y + 18}" font-size="13" font-family="sans-serif" fill="#212121">{escape(_short(node.text))}</text>'
-            f'<text x="{x + 10}" y="{y + 35}" font-size="11" font-family="sans-serif" fill="#546e7a">{escape(_short(node.detail))}</text>'
+            f'<rect x="{x}" y="{y}" width="{_WIDTH}" height="{_HEIGHT}" rx="7" '
+            f'fill="{fill}" stroke="{stroke}" stroke-width="1.6"/>'
+            f'<text x="{x + 10}" y="{y + 18}" font-size="13" font-family="sans-serif" fill="#212121">'
+            f"{escape(_short(node.text))}</text>"
+            f'<text x="{x + 10}" y="{y + 35}" font-size="11" font-family="sans-serif" fill="#546e7a">'
+            f"{escape(_short(node.detail))}</text>"
             "</g></a>"
         )
     parts.append("</svg>")
@@ -128,7 +134,8 @@ def _with_dot(nodes: Sequence[Node], deps: Mapping[str, Sequence[str]]) -> str |
         fill, stroke = COLOURS[node.status]
         lines.append(
             f"{ids[node.label]} [label={_quote(_short(node.text) + chr(10) + node.detail)}, URL={_quote(node.href)}, "
-            f"tooltip={_quote(node.label + ' (' + node.status.value + ')')}, fillcolor={_quote(fill)}, color={_quote(stroke)}, "
+            f"tooltip={_quote(node.label + ' (' + node.status.value + ')')}, "
+            f"fillcolor={_quote(fill)}, color={_quote(stroke)}, "
             f"class={_quote('node status-' + node.status.name.lower())}];"
         )
     for node in nodes:

@@ -27,12 +27,15 @@ _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1280px; padding: 1em 2em; color: #212121; }
 h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #cfd8dc; padding-bottom: .2em; margin-top: 1.6em; }
 a { color: #1565c0; text-decoration: none; } a:hover { text-decoration: underline; }
-table { border-collapse: collapse; font-size: .9em; } th, td { border: 1px solid #cfd8dc; padding: .3em .6em; text-align: left; }
+table { border-collapse: collapse; font-size: .9em; } \
+th, td { border: 1px solid #cfd8dc; padding: .3em .6em; text-align: left; }
 th { background: #eceff1; } table.sortable th { cursor: pointer; user-select: none; }
 th[data-order=asc]::after { content: " \\25B2"; } th[data-order=desc]::after { content: " \\25BC"; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-pre { background: #f5f5f5; border: 1px solid #e0e0e0; padding: .6em; overflow: auto; max-height: 32em; font-size: .85em; }
-.badge { display: inline-block; padding: .1em .5em; border-radius: .8em; border: 1px solid; font-size: .85em; white-space: nowrap; }
+pre { background: #f5f5f5; border: 1px solid #e0e0e0; padding: .6em; \
+overflow: auto; max-height: 32em; font-size: .85em; }
+.badge { display: inline-block; padding: .1em .5em; border-radius: .8em; \
+border: 1px solid; font-size: .85em; white-space: nowrap; }
 .meta { color: #546e7a; font-size: .9em; }
 .scroll { overflow-x: auto; max-width: 100%; }
 .failure { border: 2px solid #c62828; background: #fff5f5; padding: .2em 1em 1em; border-radius: .4em; }
@@ -51,8 +54,10 @@ document.querySelectorAll("table.sortable th").forEach(th => th.addEventListener
     const cell = row.cells[column], raw = cell.dataset.sort ?? cell.textContent.trim(), number = Number(raw);
     return raw !== "" && !isNaN(number) ? number : raw;
   };
-  const compare = (a, b) => typeof a === typeof b ? (a < b ? -1 : a > b ? 1 : 0) : (typeof a === "number" ? -1 : 1);
-  [...body.rows].sort((a, b) => (ascending ? 1 : -1) * compare(value(a), value(b))).forEach(row => body.appendChild(row));
+  const compare = (a, b) => typeof a === typeof b ? (a < b ? -1 : a > b ? 1 : 0) \
+: (typeof a === "number" ? -1 : 1);
+  [...body.rows].sort((a, b) => (ascending ? 1 : -1) * compare(value(a), value(b)))\
+.forEach(row => body.appendChild(row));
 }));
 """
 
@@ -131,7 +136,10 @@ def _json_block(value: Any) -> str:
 def _image(found: OutputFile) -> str:
     mime = _MIME[Path(found.path).suffix]
     data = base64.b64encode(found.data).decode()
-    return f'<figure><img class="plot" alt="{escape(found.path)}" src="data:{mime};base64,{data}"><figcaption class="meta">{escape(found.path)}</figcaption></figure>'
+    return (
+        f'<figure><img class="plot" alt="{escape(found.path)}" src="data:{mime};base64,{data}">'
+        f'<figcaption class="meta">{escape(found.path)}</figcaption></figure>'
+    )
 
 
 def _size(size: int) -> str:
@@ -203,7 +211,10 @@ def _is_number(value: Any) -> bool:
 def _runs_section(report: Report) -> str:
     runs = report.runs
     if not runs:
-        return '<section id="runs"><h2>Training runs</h2><p class="meta">No built step of the selection has a metrics.jsonl.</p></section>'
+        return (
+            '<section id="runs"><h2>Training runs</h2>'
+            '<p class="meta">No built step of the selection has a metrics.jsonl.</p></section>'
+        )
     params = {step.label: hyperparameters(step) for step in runs}
     metrics = {step.label: final_metrics(report, step) for step in runs}
     param_names = list(dict.fromkeys(name for found in params.values() for name in found))
@@ -236,9 +247,12 @@ def _runs_section(report: Report) -> str:
     )
     return (
         '<section id="runs"><h2>Training runs</h2>'
-        "<p class=\"meta\">Hyperparameters are the recipe's; final metrics come from each run's outputs and its evaluations, tokens_per_s and wall_time_s from the attempt that trained it. Click a column to sort.</p>"
+        "<p class=\"meta\">Hyperparameters are the recipe's; final metrics come from each run's outputs "
+        "and its evaluations, tokens_per_s and wall_time_s from the attempt that trained it. "
+        "Click a column to sort.</p>"
         + (
-            f'<p id="shared-hyperparameters">{"Common to every run" if len(runs) > 1 else "Hyperparameters"}: {escape(common)}</p>'
+            f'<p id="shared-hyperparameters">{"Common to every run" if len(runs) > 1 else "Hyperparameters"}: '
+            f"{escape(common)}</p>"
             if common
             else ""
         )
@@ -278,9 +292,11 @@ def _fit_block(step: StepReport, prefix: str) -> str:
     )
     tokens_law, loss_law = fit.get("tokens_law", {}), fit.get("loss_law", {})
     laws = [
-        f"D* = A·C^α: α = {_interval(tokens_law.get('alpha'), tokens_law.get('alpha_ci'))}, A = {_interval(tokens_law.get('A'), tokens_law.get('A_ci'))}",
+        f"D* = A·C^α: α = {_interval(tokens_law.get('alpha'), tokens_law.get('alpha_ci'))}, "
+        f"A = {_interval(tokens_law.get('A'), tokens_law.get('A_ci'))}",
         f"L*(C) = E + B·C^-β: E = {_interval(loss_law.get('E'), loss_law.get('E_ci'))}, "
-        f"B = {_interval(loss_law.get('B'), loss_law.get('B_ci'))}, β = {_interval(loss_law.get('beta'), loss_law.get('beta_ci'))}",
+        f"B = {_interval(loss_law.get('B'), loss_law.get('B_ci'))}, "
+        f"β = {_interval(loss_law.get('beta'), loss_law.get('beta_ci'))}",
     ]
     parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in laws) + "</ul>")
     budgets = [
@@ -370,7 +386,8 @@ def _attempt_block(view: AttemptView, number: int, total: int) -> str:
         else '<p class="meta">no log stored</p>'
     )
     return (
-        f'<details class="attempt attempt-{record.status.value}" id="attempt-{escape(record.attempt_id)}"{" open" if failed else ""}>'
+        f'<details class="attempt attempt-{record.status.value}" '
+        f'id="attempt-{escape(record.attempt_id)}"{" open" if failed else ""}>'
         f"<summary>attempt {number} of {total}: <b>{escape(record.status.value)}</b>, {escape(record.started or '')}, "
         f"{escape(_duration(record.duration_s))} on {escape(record.host or '?')}</summary>"
         f'<table>{rows}</table><p class="meta">log tail:</p>{log}'
@@ -387,9 +404,11 @@ def _failure_section(report: Report) -> str:
         parts.append(f'<h3 class="failed-step">{_link(failure.step.label, STEPS_DIR + "/")} failed</h3>')
         build = failure.invocation
         parts.append(
-            f'<p class="meta">{escape(record.started or "?")} on {escape(record.host or "?")}, after {escape(_duration(record.duration_s))}'
+            f'<p class="meta">{escape(record.started or "?")} on {escape(record.host or "?")}, '
+            f"after {escape(_duration(record.duration_s))}"
             + (
-                f"; build {escape(build.invocation_id)} of {escape(' '.join(build.patterns))} by {escape(build.user or '?')}"
+                f"; build {escape(build.invocation_id)} of {escape(' '.join(build.patterns))} "
+                f"by {escape(build.user or '?')}"
                 if build
                 else ""
             )
@@ -440,7 +459,8 @@ def _steps_section(report: Report) -> str:
                 f"<td><code>{escape((step.key or '')[:12])}</code></td>",
                 _cell(len(step.attempts)),
                 f"<td>{escape(last.status.value if last else '')}</td>",
-                f'<td class="num" data-sort="{last.duration_s if last and last.duration_s is not None else ""}">{escape(_duration(last.duration_s) if last else "")}</td>',
+                f'<td class="num" data-sort="{last.duration_s if last and last.duration_s is not None else ""}">'
+                f"{escape(_duration(last.duration_s) if last else '')}</td>",
                 f"<td>{escape(last.host or '' if last else '')}</td>",
             ]
         )
@@ -453,7 +473,8 @@ def _index_page(report: Report) -> tuple[str, str]:
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     body = [
         f"<h1>{escape(title)}</h1>",
-        f'<p class="meta">store {escape(report.store_url)} · workspace {escape(report.workspace)} · generated {generated}</p>',
+        f'<p class="meta">store {escape(report.store_url)} · workspace {escape(report.workspace)} '
+        f"· generated {generated}</p>",
         _failure_section(report),
         _graph_section(report),
         _runs_section(report),
@@ -485,13 +506,15 @@ def _outputs_block(step: StepReport) -> str:
     ]
     more = f" (the first {len(listed)})" if len(listed) < len(manifest.files) else ""
     parts = [
-        f"<p>{len(manifest.files):,} files, {_size(manifest.total_bytes)}; tree digest <code>{escape(step.entry.tree_digest[:16])}</code></p>",
+        f"<p>{len(manifest.files):,} files, {_size(manifest.total_bytes)}; "
+        f"tree digest <code>{escape(step.entry.tree_digest[:16])}</code></p>",
         _table(["output", "files", "bytes"], summary, "outputs-table"),
         f"<details><summary>every file{more}</summary>{_table(['file', 'bytes', 'blake3'], every)}</details>",
     ]
     if step.unreadable:
         parts.append(
-            f'<p class="error">Did not match the manifest when read for this report: {escape(", ".join(step.unreadable))}</p>'
+            '<p class="error">Did not match the manifest when read for this report: '
+            f"{escape(', '.join(step.unreadable))}</p>"
         )
     return "\n".join(parts)
 

@@ -51,7 +51,8 @@ def tpu_slice(type_: str) -> TpuSlice:
     generation, _, size = type_.partition("-")
     if generation not in GENERATIONS or not size.isdigit() or int(size) == 0:
         raise ValueError(
-            f"'{type_}' is not a TPU slice type; expected GENERATION-SIZE with GENERATION one of {', '.join(GENERATIONS)} (e.g. v5p-64, v6e-8)"
+            f"'{type_}' is not a TPU slice type; expected GENERATION-SIZE with GENERATION one of "
+            f"{', '.join(GENERATIONS)} (e.g. v5p-64, v6e-8)"
         )
     cores_per_chip = 1 if generation in _ONE_CORE_PER_CHIP else 2
     chips = max(1, int(size) // cores_per_chip)
