@@ -4,27 +4,27 @@ The code follows a build from the command line to the store, one subpackage per 
 as in Bazel:
 
     labels   names: `//pkg:name` labels and command-line target patterns
-    packages the workspace and its BUILD.marin files, evaluated (Starlark) into targets
     targets  the rules API — attributes, rules, targets, the `ctx` a rule runs with — and
              the built-in rules (genrule, filegroup, py_step)
+    packages the workspace and its BUILD.marin files, evaluated (Starlark) into targets
     actions  the graph of a build, action keys, and the scheduler that runs stale steps
     store    where outputs, create-only action-cache entries, attempts and logs live
     query    Bazel's query language over the target graph, and functions that ask
              the store what a build would do
     cli      the `marinbuild` command and its progress display
 
-Imports only point down this list's dependencies (labels <- targets <- packages;
-store stands alone; actions uses them all; query uses packages and actions, and reaches
-the store only through the session's dry run), plus three shared modules: `errors`
-(the exception types), `hashing` (BLAKE3, canonical JSON, the stat cache) and `memo`
-(machine-local memos). `session` wires the stages together for one command;
-`provenance` reads back what the store records (attempts, history, recipes), and `api`
-is the notebook entry point: `marinbuild.output(label)`, `marinbuild.metrics(label)`.
+Imports only point down the layers; `pyproject.toml` states them as import-linter
+contracts, and docs/concepts.md ("Layers of the code") explains them. `session` wires
+the stages together for one command; `provenance` reads back what the store records
+(attempts, history, recipes); `cluster` runs steps on Ray; `api` is the notebook entry
+point: `marinbuild.output(label)`, `marinbuild.metrics(label)`.
 """
 
 from typing import Any
 
-__version__ = "0.1.0"
+from marinbuild.version import __version__
+
+__all__ = ["__version__"]
 
 
 def __getattr__(name: str) -> Any:

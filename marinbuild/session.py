@@ -20,26 +20,24 @@ from pathlib import Path
 from marinbuild import provenance
 from marinbuild import store as stores
 from marinbuild.actions.events import EventStream, Tee
-from marinbuild.actions.executor import Executor, LocalExecutor
+from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
-from marinbuild.actions.logs import close_logger
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
-from marinbuild.actions.scheduler import BuildOptions, Scheduler
+from marinbuild.actions.scheduler import BuildOptions, Hooks, Scheduler
 from marinbuild.errors import GraphError, StoreError
-from marinbuild.hashing import StatCache, canonical_json
+from marinbuild.hashing import StatCache
 from marinbuild.labels import matches_patterns, parse_label, parse_pattern
 from marinbuild.memo import Memo
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
 from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
 from marinbuild.packages.rule_modules import workspace_rules
 from marinbuild.provenance import rerun
-from marinbuild.provenance.explain import Explanation, explain_target, recipe_changes
+from marinbuild.provenance.explain import Explanation, explain_miss, explain_target, recipe_changes
+from marinbuild.provenance.log_tail import HolderLogTail
 from marinbuild.provenance.show import describe, read_metrics
 from marinbuild.query import QueryResult, Universe, run_query
-from marinbuild.store import ActionCache, Attempt, Outputs, layout
-from marinbuild.store.action_cache import ENTRY_FORMAT, new_attempt_id
-from marinbuild.store.local_cache import LocalCache
-from marinbuild.store.remote import RemoteStore
+from marinbuild.store import ActionCache, AttemptStatus, Outputs
+from marinbuild.store.action_cache import ENTRY_FORMAT
 from marinbuild.targets.rule import Target
 
 
@@ -73,7 +71,9 @@ class Session:
     ) -> Session:
         cwd = (cwd or Path.cwd()).resolve()
         workspace = open_workspace(workspace_dir or cwd)
-        return cls(workspace, workspace.store_url(store), cwd, unsafe_no_locking)
+        return cls(
+            workspace, stores.resolve_store_url(store or workspace.store, workspace.root), cwd, unsafe_no_locking
+        )
 
     def _memo(self, name: str, version: str) -> Memo:
         return Memo(self.workspace.state_dir / name, version)
@@ -90,16 +90,17 @@ class Session:
 
     @cached_property
     def store(self) -> stores.Store:
-        return stores.open_store(self.store_url, self.workspace.state_dir / "stores")
+        return stores.open_store(self.store_url, self.workspace.state_dir, self.stat_cache)
 
     @cached_property
     def cache(self) -> ActionCache:
         memo = self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}-checksums-code")
-        return ActionCache(self.store, self.stat_cache, memo, LocalCache(self.workspace.state_dir / "local-cache"))
+        return ActionCache(self.store, self.stat_cache, memo)
 
     def _skip_dirs(self) -> tuple[Path, ...]:
         """Directories never scanned for packages: a store inside the workspace, for one."""
-        return (Path(self.store_url),) if "://" not in self.store_url else ()
+        directory = stores.parse_store_url(self.store_url).local_directory
+        return () if directory is None else (directory,)
 
     def plan(self, patterns: Sequence[str]) -> Graph:
         """Load what the patterns need and return the checked graph. Pure: no store I/O."""
@@ -124,9 +125,7 @@ class Session:
         """Build; the event stream goes to the store with the invocation record, and to `events`."""
         graph = self.plan(patterns)
         if options.dry_run:
-            return Scheduler(
-                graph, self.cache, stores.store_salt(self.store), options, reporter, self.workspace.root
-            ).run()
+            return self._scheduler(graph, options, reporter).run()
         return self._run_recorded("build", graph, list(patterns), options, reporter, events).result
 
     def _run_recorded(
@@ -143,15 +142,7 @@ class Session:
         stores.initialize(self.store)
         stream = EventStream(events)
         executor = self._executor(options)
-        scheduler = Scheduler(
-            graph,
-            self.cache,
-            stores.store_salt(self.store),
-            options,
-            Tee(reporter, stream),
-            self.workspace.root,
-            executor,
-        )
+        scheduler = self._scheduler(graph, options, Tee(reporter, stream), executor)
         started = time.time()
         record = functools.partial(self._record_invocation, command, patterns, scheduler, started)
         record("running")
@@ -173,12 +164,11 @@ class Session:
         from marinbuild.cluster.ray_executor import RayExecutor  # imports Ray: only when asked for
 
         return RayExecutor(
-            self.store_url,
+            self.store,
             self.workspace.root,
             options.ray_address,
             options.ray_placement_timeout_s,
             options.ray_shared_scratch,
-            isinstance(self.store, RemoteStore),
         )
 
     def _record_invocation(
@@ -208,9 +198,19 @@ class Session:
             ],
             **scheduler.provenance.invocation,
         }
-        self.store.write_bytes(layout.invocation(scheduler.provenance.invocation_id), canonical_json(record).encode())
-        if stream is not None:
-            self.store.write_bytes(layout.invocation_events(scheduler.provenance.invocation_id), stream.jsonl)
+        self.cache.records.write_invocation(record, None if stream is None else stream.jsonl)
+
+    def _scheduler(
+        self, graph: Graph, options: BuildOptions, reporter: Reporter, executor: Executor | None = None
+    ) -> Scheduler:
+        """A scheduler over `graph`, with what provenance lends execution: explanations of
+        misses and the log of the builder holding a key this build waits for."""
+        hooks = Hooks(
+            explain_miss=functools.partial(explain_miss, self.cache),
+            follow_holder=functools.partial(HolderLogTail, self.store),
+        )
+        salt = stores.store_salt(self.store)
+        return Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root, executor, hooks)
 
     def resolve_output(self, text: str) -> tuple[str, str | None]:
         """The key of an output named by a key (or a unique prefix of one) or by a label, and a
@@ -271,21 +271,15 @@ class Session:
                     f"the recipe of {key[:12]} could not be rebuilt here",
                     hint=f"'marinbuild rerun {key[:12]}' says why",
                 )
-            target = graph.targets[label]
-            attempt_id = new_attempt_id()
-            side = Attempt(key, label, attempt_id, self.store.staging_dir(layout.check(key, attempt_id)))
-            for directory in (side.out, side.tmp, side.staging / "scratch"):
-                directory.mkdir()
-            context = scheduler.context(target, side, side.staging / "scratch" if target.rule.resumable else None)
-            try:
-                LocalExecutor().run(target, context, {})
-            except Exception as failure:  # noqa: BLE001 - the step failed (StepFailed) or its rule has a bug
-                raise StoreError(f"the rerun of {label} failed: {failure}", hint=f"its log: {side.log_path}") from None
-            finally:
-                close_logger(context.log)
-        report = rerun.check_outputs(self.cache, target.rule, key, side.out)
+            side, outcome = scheduler.run_aside(label)
+        if outcome.status is not AttemptStatus.SUCCEEDED:
+            raise StoreError(
+                f"the rerun of {label} failed: {outcome.error}",
+                hint=f"its log: 'marinbuild log {label}' (attempt {side.attempt_id})",
+            )
+        report = rerun.check_outputs(self.cache, graph.targets[label].rule, key, side.staging.out)
         if report.identical:
-            shutil.rmtree(side.staging, ignore_errors=True)
+            shutil.rmtree(side.staging.root, ignore_errors=True)
         return report
 
     def _run_recipe(self, graph: Graph, key: str, options: BuildOptions, reporter: Reporter, command: str) -> Scheduler:
@@ -302,9 +296,7 @@ class Session:
     def _dry_scheduler(self, graph: Graph, strict_code: bool = False) -> Scheduler:
         """A scheduler that has run dry over `graph`: its results, and the recipes of every key it knows."""
         options = BuildOptions(jobs=1, dry_run=True, strict_code=strict_code)
-        scheduler = Scheduler(
-            graph, self.cache, stores.store_salt(self.store), options, NullReporter(), self.workspace.root
-        )
+        scheduler = self._scheduler(graph, options, NullReporter())
         scheduler.run()
         return scheduler
 
@@ -315,7 +307,7 @@ class Session:
         if len(graph.requested) != 1:
             raise GraphError(f"'{label}' names {len(graph.requested)} targets; 'explain' takes one label")
         scheduler = self._dry_scheduler(graph, strict_code)
-        return explain_target(self.cache, scheduler, graph.requested[0])
+        return explain_target(self.cache, scheduler.graph, scheduler.result, scheduler.recipes, graph.requested[0])
 
     def last_attempt_status(self, key: str) -> str | None:
         """How the newest attempt at `key` ended (`failed`, `succeeded`, ...), if there was one."""

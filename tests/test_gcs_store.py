@@ -91,7 +91,7 @@ def test_gcs_primitives_use_generation_preconditions(gcs_bucket, tmp_path):
     staged = tmp_path / "staged"
     (staged / "sub").mkdir(parents=True)
     (staged / "sub" / "x.bin").write_bytes(b"x" * 1000)
-    checksums = store.put_dir(staged, "out/xx/k")
+    checksums = store.put_dir(staged, "out/xx/k", hash_tree(staged))
     stats = store.stat_tree("out/xx/k")
     assert set(stats) == {"sub/x.bin"} and stats["sub/x.bin"].size == 1000
     assert checksums == {"sub/x.bin": stats["sub/x.bin"].checksum} and checksums["sub/x.bin"].startswith("crc32c:")
@@ -108,7 +108,7 @@ def test_transfers_report_bytes_files_and_rate(gcs_bucket, tmp_path):
     manifest = hash_tree(staged)
     seen: list[tuple[float, float | None, str]] = []
     with reporting_transfers(lambda done, total, unit: seen.append((done, total, unit))):
-        store.put_dir(staged, "out/xx/k")
+        store.put_dir(staged, "out/xx/k", manifest)
         local = LocalCache(tmp_path / "cache").materialise(store, "out/xx/k", manifest)
     assert (local / "part2.bin").read_bytes() == (staged / "part2.bin").read_bytes()
     uploads = [item for item in seen if "uploaded" in item[2]]

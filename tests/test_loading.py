@@ -23,6 +23,7 @@ from helpers_workspace import (
 from marinbuild.errors import LoadError, WorkspaceError
 from marinbuild.packages import open_workspace
 from marinbuild.session import Session
+from marinbuild.store import resolve_store_url
 
 # -- workspace discovery -------------------------------------------------------------------
 
@@ -46,7 +47,7 @@ def test_pyproject_with_a_tool_marinbuild_table_marks_the_root(tmp_path):
     assert workspace.root == ws.resolve()
     assert workspace.config_file.name == "pyproject.toml"
     assert workspace.jobs == 3
-    assert workspace.store_url() == str(ws.resolve() / "out" / "store")
+    assert resolve_store_url(workspace.store, workspace.root) == str(ws.resolve() / "out" / "store")
 
 
 def test_empty_tool_marinbuild_table_is_enough(tmp_path):

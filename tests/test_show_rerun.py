@@ -104,6 +104,14 @@ def test_rerun_from_the_store_alone_is_byte_identical(make_workspace, tmp_path):
     assert f"rerun {key}" in out and "rerun --check" not in out
     rc, out, err = run_cli(fresh, "history", "--all", store=str(store))
     assert f"rerun --check {key}" in out
+    # The check's side run is an attempt like any other, with its log, never published.
+    rc, out, err = run_cli(fresh, "log", "--list", "//p:report", store=str(store))
+    lines = [line for line in out.splitlines() if "//p:report" in line]
+    assert rc == 0 and len(lines) == 3, out  # the build, the rerun, the check
+    assert "succeeded" in lines[-1] and "(aside: rerun --check, not published)" in lines[-1]
+    assert "aside" not in lines[0] + lines[1]
+    rc, out, err = run_cli(fresh, "log", "//p:report", store=str(store))
+    assert rc == 0 and "aside: rerun --check" in err
 
 
 def test_rerun_check_reports_a_nondeterministic_step(make_workspace):
@@ -114,6 +122,8 @@ def test_rerun_check_reports_a_nondeterministic_step(make_workspace):
     assert "differs from the stored output (bytes)" in out and "now.txt:" in out
     side = out.strip().splitlines()[-1].split(": ", 1)[1]
     assert side.startswith(str(ws / "cache" / "checks" / key)) and (ws / side / "now.txt").is_file()
+    records = [json.loads(path.read_text()) for path in (ws / "cache" / "attempts" / key[:2] / key).glob("*.json")]
+    assert sorted(record.get("aside", "") for record in records) == ["", "rerun --check"]
 
 
 def test_rerun_refuses_what_is_not_a_stored_key(make_workspace):

@@ -29,6 +29,7 @@ from conftest import (
 
 from marinbuild.errors import StoreError
 from marinbuild.store import LocalStore, open_store, store_salt
+from marinbuild.store.manifest import hash_tree
 
 
 def _canonical(value) -> str:
@@ -88,7 +89,7 @@ def test_list_delete_put(tmp_path):
     staged.mkdir()
     (staged / "f.txt").write_text("new")
     store.write_bytes("out/xx/k/leftover.txt", b"from a crashed attempt")
-    store.put_dir(staged, "out/xx/k")
+    store.put_dir(staged, "out/xx/k", hash_tree(staged))
     assert store.list("out/xx/k") == ["out/xx/k/f.txt"]
     assert not staged.exists()
 

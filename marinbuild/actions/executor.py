@@ -17,18 +17,13 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from marinbuild.actions.attempt import WorkerLost
 from marinbuild.store import ActionCache, Outputs, Uploaded
-from marinbuild.store.remote import RemoteStore
 from marinbuild.targets.context import Context, InputFiles, StepFailed
 from marinbuild.targets.rule import Execution, Target
 
 # What a step reads: a workspace source file, or a dependency's published outputs.
 Dependencies = Mapping[str, "Path | Outputs"]
-
-
-class WorkerLost(Exception):
-    """The process (or host) running a step died without reporting: preempted, killed,
-    out of memory. Unlike a failure of the step itself, trying again may well succeed."""
 
 
 class Executor(abc.ABC):
@@ -42,10 +37,6 @@ class Executor(abc.ABC):
         worker, or None when they are in `context.out`. Raises StepFailed when the step
         failed, WorkerLost when its worker died."""
 
-    def cancel(self) -> None:
-        """The build was interrupted: stop every running step. (Locally the terminal's
-        Ctrl-C has already reached the worker processes.)"""
-
     def close(self) -> None:
         """Release what the executor holds (a cluster connection)."""
 
@@ -53,7 +44,7 @@ class Executor(abc.ABC):
 def input_files(cache: ActionCache, dependencies: Dependencies, reads_urls: bool) -> dict[str, InputFiles]:
     """Each input as local files (a source in place, outputs through the store's local
     copy), except that a rule which reads URLs downloads nothing from a remote store."""
-    by_url = reads_urls and isinstance(cache.store, RemoteStore)
+    by_url = reads_urls and cache.store.step_inputs_by_url
     inputs: dict[str, InputFiles] = {}
     for label, dependency in dependencies.items():
         if isinstance(dependency, Path):

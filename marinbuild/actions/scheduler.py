@@ -13,35 +13,26 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import getpass
 import os
-import platform
 import shutil
-import socket
-import subprocess
 import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import marinbuild
 from marinbuild.actions import keys
-from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, WorkerLost, input_files
+from marinbuild.actions.attempt import RunOutcome, StepRun
+from marinbuild.actions.build_provenance import Provenance
+from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, input_files
 from marinbuild.actions.graph import Graph
-from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
-from marinbuild.provenance.explain import explain_miss
-from marinbuild.provenance.log_tail import HolderLogTail
-from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, layout, reporting_transfers
-from marinbuild.store.action_cache import new_attempt_id
-from marinbuild.store.live_sync import ScratchMirror, syncing
-from marinbuild.store.remote import RemoteStore
-from marinbuild.targets.context import Context, InputFiles, StepFailed
+from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, reporting_transfers
+from marinbuild.store.live_sync import syncing
 from marinbuild.targets.rule import Resources, RetryPolicy, Target
 
 
@@ -85,55 +76,23 @@ class _Outcome:
     failure: str | None = None  # "worker_lost" or "failed": which retry budget a failure uses
 
 
-class Provenance:
-    """Who, where and with what a step was built; computed once per invocation, which
-    `invocation_id` names in the invocation record and in every attempt it made."""
+class HolderLog(Protocol):
+    """Follows the log of the builder holding a key this build waits for."""
 
-    def __init__(self, workspace: Path):
-        self.workspace = workspace
-        self.invocation_id = new_attempt_id()
-        self._versions: dict[str, str | None] = {}
+    def start(self) -> None: ...
 
-    @cached_property
-    def invocation(self) -> dict[str, Any]:
-        return {
-            "user": getpass.getuser(),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "marinbuild": marinbuild.__version__,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            **self._git(),
-        }
+    def stop(self) -> None: ...
 
-    def packages(self, names: tuple[str, ...]) -> dict[str, str | None]:
-        """Installed versions of the distributions a rule declares (None if absent)."""
-        import importlib.metadata  # 30 ms to import, and only needed when a step runs
 
-        versions: dict[str, str | None] = {}
-        for name in names:
-            if name not in self._versions:
-                try:
-                    self._versions[name] = importlib.metadata.version(name)
-                except importlib.metadata.PackageNotFoundError:
-                    self._versions[name] = None
-            versions[name] = self._versions[name]
-        return versions
+@dataclass(frozen=True)
+class Hooks:
+    """What the layers above execution lend it, installed by the session: execution never
+    imports them (provenance reads the store's history; execution only writes it)."""
 
-    def _git(self) -> dict[str, Any]:
-        def git(*args: str) -> str | None:
-            try:
-                done = subprocess.run(
-                    ["git", *args], cwd=self.workspace, capture_output=True, text=True, timeout=10, check=True
-                )
-            except (OSError, subprocess.SubprocessError):
-                return None
-            return done.stdout.strip()
-
-        commit = git("rev-parse", "HEAD")
-        if commit is None:
-            return {"git_commit": None}
-        return {"git_commit": commit, "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    # One line: why a target whose key has no entry runs (`--explain`).
+    explain_miss: Callable[[Target, dict[str, Any]], str] | None = None
+    # Given a key and where to print lines: the log of whoever holds its lease.
+    follow_holder: Callable[[str, Callable[[str], None]], HolderLog] | None = None
 
 
 class Scheduler:
@@ -146,9 +105,11 @@ class Scheduler:
         reporter: Reporter,
         workspace: Path,
         executor: Executor | None = None,
+        hooks: Hooks = Hooks(),
     ):
         self.graph = graph
         self.executor = executor or LocalExecutor()
+        self.hooks = hooks
         self.cache = cache
         self.salt = salt
         self.options = options
@@ -163,7 +124,9 @@ class Scheduler:
         self._ready: deque[str] = deque()  # targets whose inputs are all known
         self._requested = set(graph.requested)
         self.recipes: dict[str, dict[str, Any]] = {}  # of every target whose key is known
-        self._interrupted = threading.Event()  # set on Ctrl-C: steps still finishing record `cancelled`
+        self._interrupted = False  # set on Ctrl-C: running steps are stopped and record `cancelled`
+        self._runs: set[StepRun] = set()  # the steps running now
+        self._runs_lock = threading.Lock()
 
     # -- the coordinator loop ------------------------------------------------------------
 
@@ -193,8 +156,7 @@ class Scheduler:
                 try:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                 except KeyboardInterrupt:
-                    self._interrupted.set()  # before the pool waits for the running steps to stop
-                    self.executor.cancel()
+                    self._stop_all()  # before the pool waits for the running steps to end
                     raise
                 for future in done:
                     planned = running.pop(future)
@@ -257,9 +219,8 @@ class Scheduler:
             return None
         if lookup.problem is not None:
             self.reporter.warning(f"{label}: {lookup.problem}; rebuilding it")
-        reason = lookup.problem or (
-            explain_miss(self.cache, target, recipe) if self.options.explain else "no cached output for its key"
-        )
+        explain = self.hooks.explain_miss if self.options.explain else None
+        reason = lookup.problem or (explain(target, recipe) if explain else "no cached output for its key")
         if self.options.dry_run:
             self._record(TargetResult(label, Status.WOULD_RUN, key, reason=reason))
             for dependent in self._downstream(label):
@@ -347,32 +308,34 @@ class Scheduler:
     def _execute(self, planned: _Planned) -> _Outcome:
         label = str(planned.target.label)
         started = time.monotonic()
-        holder_log = HolderLogTail(self.cache.store, planned.key, lambda line: self.reporter.step_log(label, line))
+        follow = self.hooks.follow_holder
+        holder_log = follow(planned.key, lambda line: self.reporter.step_log(label, line)) if follow else None
 
         def waiting(message: str) -> None:
             self.reporter.warning(f"{label}: {message}")
-            holder_log.start()
+            if holder_log is not None:
+                holder_log.start()
 
         try:
-            with self.cache.store.lease(layout.lock(planned.key), waiting) as lease:
-                holder_log.stop()
+            with self.cache.lease(planned.key, waiting) as lease:
+                if holder_log is not None:
+                    holder_log.stop()
                 again = self.cache.lookup(planned.key)
                 if again.outputs is not None:
                     return _Outcome(again.outputs, time.monotonic() - started, ran=False)
                 tries = _Tries(planned.target.rule.retry)
                 while True:
-                    attempt = self.cache.start_attempt(planned.key, label, self._attempt_info(planned, tries.number))
-                    with reporting_transfers(
-                        lambda done, total, unit: self.reporter.step_progress(label, done, total, unit)
-                    ):
-                        outcome = self._attempt(planned, attempt, lease, started)
+                    progress = functools.partial(self.reporter.step_progress, label)
+                    with reporting_transfers(progress):
+                        outcome = self._attempt(planned, lease, tries.number, started)
                     if not tries.again(outcome.failure):
                         return outcome
                     self.reporter.warning(f"{label}: attempt {tries.number - 1} failed ({outcome.error}); trying again")
         except Exception:  # noqa: BLE001 - a bug or an I/O error must fail one step, not hang the build
             return _Outcome(None, time.monotonic() - started, f"internal error:\n{traceback.format_exc()}")
         finally:
-            holder_log.stop()
+            if holder_log is not None:
+                holder_log.stop()
 
     def _attempt_info(self, planned: _Planned, number: int) -> dict[str, Any]:
         rule = planned.target.rule
@@ -400,75 +363,99 @@ class Scheduler:
                 records[label] = {"key": self._outputs[label].key, "tree_digest": self._outputs[label].tree_digest}
         return records
 
-    def _attempt(self, planned: _Planned, attempt: Attempt, lease: Lease, started: float) -> _Outcome:
-        label = str(planned.target.label)
+    def _attempt(self, planned: _Planned, lease: Lease, number: int, started: float) -> _Outcome:
+        """One attempt under the key's lease: recorded, run, then published or not."""
+        label, key = str(planned.target.label), planned.key
+        attempt = self.cache.start_attempt(key, label, self._attempt_info(planned, number))
         scratch = self._scratch(planned)
-        dependencies = self._dependencies(planned.target)
         runs_here = self.executor.runs_here
-        mirror = None
-        if scratch is not None and isinstance(self.cache.store, RemoteStore):
-            mirror = ScratchMirror(self.cache.store, planned.key, scratch)  # a remote executor's hosts sync it
-            restored = mirror.restore() if runs_here else 0
+        mirror = None if scratch is None else self.cache.store.scratch_mirror(key, scratch)
+        if mirror is not None and runs_here:  # a remote executor's hosts restore it themselves
+            restored = mirror.restore()
             if restored:
                 self.reporter.warning(
                     f"{label}: resuming from {restored} checkpoint files left in the store by an earlier attempt"
                 )
-        context = self.context(planned.target, attempt, scratch, None if runs_here else {})
-        lease.on_lost = context.processes.stop
-        if lease.lost:
-            context.processes.stop()
-        exit_status: int | None = None
-        uploaded = None
-        error = failure = None
-        try:
-            for name, record in attempt.record["inputs"].items():
-                if "source" in record:
-                    self.cache.put_blob(attempt, self.graph.sources[name].path, record["source"])
-            with syncing(
-                self.cache.store, planned.key, attempt.attempt_id, attempt.log_path, mirror if runs_here else None
-            ):
-                uploaded = self.executor.run(planned.target, context, dependencies)
-        except WorkerLost as lost:
-            error, failure = f"worker lost: {lost}", "worker_lost"
-        except StepFailed as failed:
-            error, exit_status, failure = str(failed), failed.exit_status, "failed"
-        except Exception as failed:  # noqa: BLE001 - the rule's own bug, reported with its traceback
-            context.log.error("%s", traceback.format_exc())
-            error, failure = f"{type(failed).__name__}: {failed}", "failed"
-        finally:
-            close_logger(context.log)
-        status = AttemptStatus.FAILED
-        if lease.lost:
-            status, failure = AttemptStatus.LEASE_LOST, None
-            error = "lost the lease on this key to another builder; stopped the step and did not publish it"
-        elif error is not None and self._was_interrupted(exit_status):
-            status, failure = AttemptStatus.CANCELLED, None
-            error = f"the build was interrupted while the step ran: {error}"
+        for name, record in attempt.record["inputs"].items():
+            if "source" in record:
+                self.cache.put_blob(attempt, self.graph.sources[name].path, record["source"])
+        outcome = self._run(planned, attempt, lease, scratch, mirror if runs_here else None)
         duration = time.monotonic() - started
-        log = self.cache.store.local_path(layout.attempt_log(planned.key, attempt.attempt_id))
-        measured = {"measured": context.measured} if context.measured else {}
-        if error is not None:
-            details = {"exit_status": exit_status} if exit_status is not None else {}
-            if failure is not None:
-                details["failure"] = failure
-            self.cache.finish_attempt(
-                attempt, status, error=error, finished=_now(), duration_s=duration, **details, **measured
-            )
-            return _Outcome(None, duration, error, log, attempt=attempt.attempt_id, failure=failure)
-        provenance = {
-            **attempt.record,
-            "finished": _now(),
-            "duration_s": round(duration, 3),
-            **measured,
-        }
+        log = self.cache.records.log_file(key, attempt.attempt_id)
+        if not outcome.succeeded:
+            details = outcome.record()
+            self.cache.finish_attempt(attempt, outcome.status, finished=_now(), duration_s=duration, **details)
+            return _Outcome(None, duration, outcome.error, log, attempt=attempt.attempt_id, failure=outcome.retry_as)
+        measured = {"measured": outcome.measured} if outcome.measured else {}
+        provenance = {**attempt.record, "finished": _now(), "duration_s": round(duration, 3), **measured}
         provenance.pop("status", None)
-        outputs = self.cache.publish(attempt, planned.recipe, provenance, uploaded)
+        published = outcome.uploaded or outcome.manifest
+        assert published is not None
+        outputs = self.cache.publish(attempt, planned.recipe, provenance, published)
         self.cache.finish_attempt(attempt, AttemptStatus.SUCCEEDED, finished=_now(), duration_s=duration, **measured)
         if scratch is not None:  # published: the checkpoints are of no further use
             if mirror is not None:
                 mirror.discard()
             shutil.rmtree(scratch, ignore_errors=True)
         return _Outcome(outputs, duration, log=log, attempt=attempt.attempt_id)
+
+    def _run(self, planned: _Planned, attempt: Attempt, lease: Lease, scratch: Path | None, mirror: Any) -> RunOutcome:
+        """Run a step through its `StepRun`, stopped if the lease is lost or the build interrupted."""
+        target, label = planned.target, str(planned.target.label)
+        dependencies = self._dependencies(target)
+        inputs = input_files(self.cache, dependencies, target.rule.reads_urls) if self.executor.runs_here else {}
+        progress = functools.partial(self.reporter.step_progress, label)
+        run = StepRun(
+            label, planned.key, dict(target.attrs), attempt.staging, inputs, self.workspace, scratch, progress=progress
+        )
+        lease.on_lost = lambda: run.stop(AttemptStatus.LEASE_LOST)
+        if lease.lost:
+            run.stop(AttemptStatus.LEASE_LOST)
+        self._track(run)
+        try:
+            with syncing(self.cache.store, planned.key, attempt.attempt_id, attempt.staging.log, mirror):
+                return run.run(lambda context: self.executor.run(target, context, dependencies))
+        finally:
+            with self._runs_lock:
+                self._runs.discard(run)
+
+    def run_aside(self, label: str) -> tuple[Attempt, RunOutcome]:
+        """Run a target whose key this scheduler knows (its dependencies are built) once
+        more, aside, under its lease: recorded as an attempt, never published, its staging
+        kept (`rerun --check` compares it with what is published, then removes it)."""
+        target, key = self.graph.targets[label], self.result.results[label].key
+        assert key is not None
+        planned = _Planned(target, key, self.recipes[label])
+        with self.cache.lease(key) as lease:
+            info = {**self._attempt_info(planned, 1), "aside": "rerun --check"}
+            attempt = self.cache.start_attempt(key, label, info, aside=True)
+            scratch = attempt.staging.root / "scratch" if target.rule.resumable else None
+            if scratch is not None:
+                scratch.mkdir()
+            started = time.monotonic()
+            outcome = self._run(planned, attempt, lease, scratch, None)
+            self.cache.finish_attempt(
+                attempt,
+                outcome.status,
+                keep_staging=True,
+                finished=_now(),
+                duration_s=time.monotonic() - started,
+                **outcome.record(),
+            )
+        return attempt, outcome
+
+    def _track(self, run: StepRun) -> None:
+        with self._runs_lock:
+            self._runs.add(run)
+            if self._interrupted:
+                run.stop(AttemptStatus.CANCELLED)
+
+    def _stop_all(self) -> None:
+        """The build was interrupted: stop every running step (they record `cancelled`)."""
+        with self._runs_lock:
+            self._interrupted = True
+            for run in self._runs:
+                run.stop(AttemptStatus.CANCELLED)
 
     def _warn_code_drift(self) -> None:
         """One warning per rule whose source changed since cached outputs of it were built:
@@ -480,16 +467,9 @@ class Scheduler:
         for rule, labels in drifted.items():
             shown = ", ".join(labels[:5]) + (f" and {len(labels) - 5} more" if len(labels) > 5 else "")
             self.reporter.warning(
-                f"rule {rule}: rule code changed since this output was built ({shown}); bump the rule's version to rebuild"
+                f"rule {rule}: rule code changed since this output was built ({shown}); "
+                "bump the rule's version to rebuild"
             )
-
-    def _was_interrupted(self, exit_status: int | None) -> bool:
-        """Whether the build was interrupted. A step killed by a signal may have died of the
-        very Ctrl-C that interrupts the build, which the coordinator thread may not have
-        seen yet: give it a moment to say so."""
-        if exit_status is not None and exit_status < 0:
-            return self._interrupted.wait(_SIGNAL_GRACE_S)
-        return self._interrupted.is_set()
 
     def _dependencies(self, target: Target) -> Dependencies:
         return {
@@ -497,37 +477,8 @@ class Scheduler:
             for label in self.graph.deps[str(target.label)]
         }
 
-    def context(
-        self, target: Target, attempt: Attempt, scratch: Path | None, inputs: dict[str, InputFiles] | None = None
-    ) -> Context:
-        """The `ctx` of a target's step once its dependencies are resolved, its inputs as local
-        files unless given (`rerun --check` uses it too, to run a step aside)."""
-        label = str(target.label)
-        if inputs is None:
-            inputs = input_files(self.cache, self._dependencies(target), target.rule.reads_urls)
-        return Context(
-            label=label,
-            key=attempt.key,
-            attrs=dict(target.attrs),
-            inputs=inputs,
-            out=attempt.out,
-            tmp=attempt.tmp,
-            log_path=attempt.log_path,
-            workspace=self.workspace,
-            scratch=scratch,
-            log=step_logger(label, attempt.log_path),
-            progress_fn=lambda done, total, unit: self.reporter.step_progress(label, done, total, unit),
-        )
-
     def _scratch(self, planned: _Planned) -> Path | None:
-        if not planned.target.rule.resumable:
-            return None
-        scratch = self.cache.store.local_path(layout.scratch(planned.key))
-        scratch.mkdir(parents=True, exist_ok=True)
-        return scratch
-
-
-_SIGNAL_GRACE_S = 2.0
+        return self.cache.store.scratch_dir(planned.key) if planned.target.rule.resumable else None
 
 
 class _Tries:

@@ -86,7 +86,8 @@ class _DefaultToBuild(click.Group):
 @click.option(
     "--unsafe-no-locking",
     is_flag=True,
-    help="Build on a store without leases (fsspec URLs other than gs://): the same step may run on two machines at once.",
+    help="Build on a store without leases (fsspec URLs other than gs://): "
+    "the same step may run on two machines at once.",
 )
 @click.pass_context
 def cli(ctx: click.Context, workspace: Path | None, store_url: str | None, unsafe_no_locking: bool) -> None:
@@ -158,7 +159,8 @@ def _is_subtraction(arg: str) -> bool:
 @click.option(
     "--ray-shared-scratch",
     metavar="DIR",
-    help="A directory every Ray node mounts (NFS, Filestore): the scratch space of steps on several hosts (default: the setting).",
+    help="A directory every Ray node mounts (NFS, Filestore): the scratch space of steps on several hosts "
+    "(default: the setting).",
 )
 @click.option(
     "--explain", "explain", is_flag=True, help="Say why each step runs: what changed since its nearest earlier output."

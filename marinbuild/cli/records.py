@@ -23,6 +23,8 @@ def attempt_line(record: AttemptRecord) -> str:
         parts.append(f"{record.duration_s:.1f}s")
     if record.exit_status is not None:
         parts.append(f"exit status {record.exit_status}")
+    if record.aside:
+        parts.append(f"(aside: {record.aside}, not published)")
     line = "  ".join(parts)
     if record.error:
         line += f"\n      {record.error.splitlines()[0]}"

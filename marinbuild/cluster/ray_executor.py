@@ -13,8 +13,8 @@ placement timeout fails with the resources it asked for and those the cluster ha
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from marinbuild.cluster.placement import Placement, placement
 from marinbuild.cluster.ray_host import StepHost, dependencies_to_json
 from marinbuild.errors import ClusterError
 from marinbuild.network import unreachable
-from marinbuild.store import Uploaded
+from marinbuild.store import Store, Uploaded
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Target
 
@@ -44,23 +44,22 @@ class RayExecutor(Executor):
 
     def __init__(
         self,
-        store_url: str,
+        store: Store,
         workspace: Path,
         address: str | None,
         placement_timeout_s: float,
         shared_scratch: str | None,
-        remote_store: bool,
     ):
         import ray
 
-        self.store_url = store_url
+        self.store_spec = store.spec
         self.workspace = workspace
         self.placement_timeout_s = placement_timeout_s
         # A remote store's scratch is a directory of each host; the hosts of one step must
         # share it (Levanter's checkpoints are written by every host), so a step on several
         # machines needs a directory they all mount. A local store's is the store's own.
         self.shared_scratch = shared_scratch
-        self.remote_store = remote_store
+        self.scratch_is_shared = store.scratch_is_shared
         env = {name: os.environ[name] for name in _FORWARDED_ENV if name in os.environ}
         hint = "start one with 'ray start --head', or pass --ray-address HOST:PORT (or 'auto')"
         # Ray retries an address that does not answer for minutes; "auto" and None are
@@ -81,10 +80,6 @@ class RayExecutor(Executor):
                 f"cannot connect to the Ray cluster at {address or 'a new local instance'}: {error}", hint=hint
             ) from None
         self._remote_host = ray.remote(StepHost)
-        self._cancelled = threading.Event()
-
-    def cancel(self) -> None:
-        self._cancelled.set()
 
     def close(self) -> None:
         import ray
@@ -100,7 +95,7 @@ class RayExecutor(Executor):
             addresses = ray.get([host.address.remote() for host in hosts])
             resumable = context.scratch is not None
             machines = {address["ip"] for address in addresses}
-            if resumable and self.remote_store and len(machines) > 1 and self.shared_scratch is None:
+            if resumable and not self.scratch_is_shared and len(machines) > 1 and self.shared_scratch is None:
                 raise StepFailed(
                     f"the step runs on {len(machines)} machines, whose scratch space (checkpoints) must be one "
                     "directory they all write: pass --ray-shared-scratch DIR (or set ray_shared_scratch), "
@@ -108,14 +103,14 @@ class RayExecutor(Executor):
                 )
             distributed = self._rendezvous(hosts, addresses, where) if len(hosts) > 1 else [None]
             request = {
-                "store": self.store_url,
+                "store": dataclasses.asdict(self.store_spec),
                 "workspace": str(self.workspace),
                 "impl": target.rule.impl_path,
                 "label": context.label,
                 "key": context.key,
                 "attrs": context.attrs,
                 "resumable": resumable,
-                "shared_scratch": self.shared_scratch if self.remote_store and len(hosts) > 1 else None,
+                "shared_scratch": self.shared_scratch if not self.scratch_is_shared and len(hosts) > 1 else None,
                 "reads_urls": target.rule.reads_urls,
                 "dependencies": dependencies_to_json(dict(dependencies)),
             }
@@ -174,8 +169,9 @@ class RayExecutor(Executor):
         if len(ready) < len(refs):
             _release(held)
             raise StepFailed(
-                f"the Ray cluster did not place the step within {self.placement_timeout_s:g} s: it asks for {where.describe()}; "
-                f"the cluster has {_describe(ray.cluster_resources())} in all, {_describe(ray.available_resources())} free "
+                f"the Ray cluster did not place the step within {self.placement_timeout_s:g} s: "
+                f"it asks for {where.describe()}; the cluster has {_describe(ray.cluster_resources())} in all, "
+                f"{_describe(ray.available_resources())} free "
                 "(a larger cluster, an autoscaler, or a longer --ray-placement-timeout)"
             )
         try:
@@ -204,7 +200,7 @@ class RayExecutor(Executor):
             places = ", ".join(f"{address['host']} ({address['ip']}, pid {address['pid']})" for address in addresses)
             log.write(f"marinbuild: running on the Ray cluster: {places}\n")
             while any(outcome is None for outcome in outcomes):
-                if context.processes.stopped or self._cancelled.is_set():
+                if context.processes.stopped:
                     raise StepFailed("the step was stopped; its workers were killed")
                 for rank, host in enumerate(hosts):
                     if outcomes[rank] is not None:
@@ -260,7 +256,8 @@ def _name(rank: int, addresses: list[dict[str, Any]], count: int) -> str:
 
 def _failure(error: str, rank: int, addresses: list[dict[str, Any]], count: int) -> str:
     if error.startswith(("ModuleNotFoundError", "ImportError")):
-        error += f" — on {addresses[rank]['host']}: the cluster's nodes need the step's Python dependencies (the driver's environment)"
+        host = addresses[rank]["host"]
+        error += f" — on {host}: the cluster's nodes need the step's Python dependencies (the driver's environment)"
     return f"{_name(rank, addresses, count)}: {error}" if count > 1 else error
 
 

@@ -18,16 +18,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.executor import WorkerLost, input_files, run_in_subprocess
+from marinbuild.actions.attempt import StepRun
+from marinbuild.actions.executor import input_files, run_in_subprocess
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
-from marinbuild.store import ActionCache, Outputs, Store, layout, open_store
-from marinbuild.store.action_cache import new_attempt_id
-from marinbuild.store.live_sync import ScratchMirror, syncing
-from marinbuild.store.local_cache import LocalCache
+from marinbuild.store import ActionCache, AttemptStatus, Outputs, StoreSpec, open_store
+from marinbuild.store.live_sync import syncing
 from marinbuild.store.manifest import Manifest
-from marinbuild.store.remote import RemoteStore
-from marinbuild.targets.context import Context, StepFailed
 
 # This host's own space (staging, copies of inputs, scratch of a remote store).
 LOCAL_DIR = Path(tempfile.gettempdir()) / "marinbuild-ray"
@@ -111,74 +108,60 @@ class StepHost:
             shutil.rmtree(self._scratch_copy, ignore_errors=True)
 
     def _run(self, request: dict[str, Any]) -> None:
-        staging: Path | None = None
-        measured: dict[str, Any] = {}
         try:
-            store = open_store(request["store"], LOCAL_DIR / "stores")
-            cache = ActionCache(
-                store, StatCache(Memo(None, "ray-host")), Memo(None, "ray-host"), LocalCache(LOCAL_DIR / "local-cache")
-            )
-            staging = store.staging_dir(layout.staging(new_attempt_id()))
-            for name in ("out", "work"):
-                (staging / name).mkdir()
+            store = open_store(StoreSpec(**request["store"]), LOCAL_DIR, StatCache(Memo(None, "ray-host")))
+            cache = ActionCache(store, StatCache(Memo(None, "ray-host")), Memo(None, "ray-host"))
+            staging = cache.new_staging()
             with self._lock:
-                self._staging = staging
-                self._log = staging / "log.txt"
-                self._log.touch()
+                self._staging, self._log = staging.root, staging.log
             scratch = mirror = None
             if request["resumable"]:
-                scratch = _scratch_dir(store, request["key"], request["shared_scratch"])
-                scratch.mkdir(parents=True, exist_ok=True)
-                if isinstance(store, RemoteStore):
+                shared = request["shared_scratch"]
+                scratch = store.scratch_dir(request["key"], Path(shared) if shared else None)
+                if not store.scratch_is_shared:
                     self._scratch_copy = scratch
                     if request["uploads"]:  # the first host keeps the store's copy
-                        mirror = ScratchMirror(store, request["key"], scratch)
-                        mirror.restore()
-            context = Context(
-                label=request["label"],
-                key=request["key"],
-                attrs=request["attrs"],
-                inputs=input_files(cache, dependencies_from_json(request["dependencies"]), request["reads_urls"]),
-                out=staging / "out",
-                tmp=staging / "work",
-                log_path=staging / "log.txt",
-                workspace=Path(request["workspace"]),
-                scratch=scratch,
-                distributed=request["distributed"],
-                progress_fn=self._report_progress,
-                measured=measured,
+                        mirror = store.scratch_mirror(request["key"], scratch)
+                        if mirror is not None:
+                            mirror.restore()
+            inputs = input_files(cache, dependencies_from_json(request["dependencies"]), request["reads_urls"])
+            run = StepRun(
+                request["label"],
+                request["key"],
+                request["attrs"],
+                staging,
+                inputs,
+                Path(request["workspace"]),
+                scratch,
+                request["distributed"],
+                self._report_progress,
             )
             if request["distributed"]:  # this actor's process runs this one step: its environment is the step's
                 os.environ.update(request["distributed"]["env"])
+            upload = (
+                (lambda manifest: cache.upload(request["key"], staging.out, manifest)) if request["uploads"] else None
+            )
             with syncing(store, request["key"], "", None, mirror):
-                run_in_subprocess(request["impl"], context)
-            uploaded = cache.upload(request["key"], context.out) if request["uploads"] else None
-            outcome: dict[str, Any] = {"uploaded": None if uploaded is None else uploaded.to_json()}
-        except WorkerLost as lost:
-            outcome = {"worker_lost": str(lost)}
-        except StepFailed as failed:
-            outcome = {"error": str(failed)}
+                ended = run.run(lambda context: run_in_subprocess(request["impl"], context), upload)
+            outcome: dict[str, Any] = {"measured": ended.measured}
+            if ended.status is AttemptStatus.SUCCEEDED:
+                outcome["uploaded"] = None if ended.uploaded is None else ended.uploaded.to_json()
+            elif ended.retry_as == "worker_lost":
+                outcome["worker_lost"] = ended.error
+            else:
+                outcome["error"] = ended.error
         except Exception as error:  # noqa: BLE001 - reported to the driver, which fails the step
-            outcome = {"error": f"{type(error).__name__} on host {socket.gethostname()}: {error}"}
+            outcome = {"error": f"{type(error).__name__} on host {socket.gethostname()}: {error}", "measured": {}}
         finally:
-            if staging is not None:
-                shutil.rmtree(staging / "out", ignore_errors=True)
-                shutil.rmtree(staging / "work", ignore_errors=True)
+            if self._staging is not None:
+                shutil.rmtree(self._staging / "out", ignore_errors=True)
+                shutil.rmtree(self._staging / "work", ignore_errors=True)
         with self._lock:
-            self._outcome = {**outcome, "measured": measured}
+            self._outcome = outcome
 
     def _report_progress(self, done: float, total: float | None, unit: str) -> None:
         with self._lock:
             self._progress = [done, total, unit]
-
-
-def _scratch_dir(store: Store, key: str, shared: str | None) -> Path:
-    """Where this host keeps the key's scratch: its own space, or for a step on several
-    hosts of a remote store, the directory they all mount, under the name this store's
-    space has (two stores' runs of one key never meet)."""
-    if shared is None:
-        return store.local_path(layout.scratch(key))
-    return Path(shared) / store.local_path("").name / layout.scratch(key)
 
 
 def _unsent(log: Path | None, offset: int) -> bool:

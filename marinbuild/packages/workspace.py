@@ -37,13 +37,6 @@ class Workspace:
         """Machine-local state (stat cache) that is never shared and never committed."""
         return self.root / ".marinbuild"
 
-    def store_url(self, override: str | None = None) -> str:
-        """The store URL; a relative local path is taken from the workspace root."""
-        url = override or self.store
-        if "://" in url:
-            return url
-        return str((self.root / url).resolve())
-
     def package_dir(self, package: str) -> Path:
         return self.root / package if package else self.root
 

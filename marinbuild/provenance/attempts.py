@@ -9,12 +9,10 @@ recipe is a new key).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from marinbuild.store import AttemptStatus, Store, layout
+from marinbuild.store import AttemptStatus, Records, Store
 
 
 @dataclass(frozen=True)
@@ -59,6 +57,11 @@ class AttemptRecord:
     def invocation(self) -> str | None:
         return self.record.get("invocation")
 
+    @property
+    def aside(self) -> str | None:
+        """Why a run was made aside and never published (`rerun --check`), if it was."""
+        return self.record.get("aside")
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AttemptRecord:
         return cls(data["key"], data["label"], data["attempt"], AttemptStatus(data["status"]), data)
@@ -69,46 +72,37 @@ class AttemptRecord:
 
 def read_attempt(store: Store, key: str, attempt_id: str) -> AttemptRecord | None:
     """One attempt record; None if it is gone (`cache gc` removes a dead key's attempts) or unreadable."""
-    data = store.read_bytes(layout.attempt_record(key, attempt_id))
+    records = Records(store)
+    data = records.read_attempt(key, attempt_id)
     if data is None:
         return None
     try:
-        record = AttemptRecord.from_json(json.loads(data))
+        record = AttemptRecord.from_json(data)
     except (ValueError, KeyError, TypeError):
         return None
     # A builder records its attempt's end while it still holds the key's lease, so a
     # record still `running` at a key nobody holds belongs to a builder that died.
-    if record.status is AttemptStatus.RUNNING and store.lease_holder(layout.lock(key)) is None:
+    if record.status is AttemptStatus.RUNNING and records.key_holder(key) is None:
         return AttemptRecord.from_json({**record.record, "status": AttemptStatus.ABANDONED.value})
     return record
 
 
-def _attempt_ids(store: Store, key: str) -> list[str]:
-    """The ids of the attempts at `key`, oldest first (attempt ids sort by time)."""
-    names = (path.rsplit("/", 1)[1] for path in store.list(layout.attempts(key)))
-    return sorted(name.removesuffix(".json") for name in names if name.endswith(".json"))
-
-
 def key_attempts(store: Store, key: str) -> list[AttemptRecord]:
     """Every attempt at `key`, oldest first."""
-    return [
-        record
-        for attempt_id in _attempt_ids(store, key)
-        if (record := read_attempt(store, key, attempt_id)) is not None
-    ]
+    ids = Records(store).attempt_ids(key)
+    return [record for attempt_id in ids if (record := read_attempt(store, key, attempt_id)) is not None]
 
 
 def last_attempt(store: Store, key: str) -> AttemptRecord | None:
     """The newest attempt at `key`, if any."""
-    ids = _attempt_ids(store, key)
+    ids = Records(store).attempt_ids(key)
     return read_attempt(store, key, ids[-1]) if ids else None
 
 
 def label_attempts(store: Store, label: str) -> list[AttemptRecord]:
     """Every attempt at any key of `label` (a canonical `//pkg:name`), oldest first."""
     found = []
-    for path in sorted(store.list(layout.label_attempts(label))):
-        attempt_id, _, key = path.rsplit("/", 1)[1].partition(".")
+    for attempt_id, key in Records(store).label_attempts(label):
         record = read_attempt(store, key, attempt_id)
         if record is not None and record.label == label:
             found.append(record)
@@ -118,8 +112,9 @@ def label_attempts(store: Store, label: str) -> list[AttemptRecord]:
 def read_log(store: Store, record: AttemptRecord) -> str | None:
     """The attempt's log: from the store once it finished; while it runs, from its staging
     directory where that is readable here (a local or shared store, or this machine)."""
-    data = store.read_bytes(layout.attempt_log(record.key, record.attempt_id))
+    records = Records(store)
+    data = records.read_log(record.key, record.attempt_id)
     if data is None and record.status is AttemptStatus.RUNNING:
-        staged = Path(store.local_path(layout.staging_log(record.attempt_id)))
+        staged = records.running_log_file(record.attempt_id)
         data = staged.read_bytes() if staged.is_file() else None
     return None if data is None else data.decode(errors="replace")

@@ -13,16 +13,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from marinbuild.actions.graph import Graph
 from marinbuild.actions.keys import OUTPUT_PREFIX, SOURCE_PREFIX, code_digest, short
-from marinbuild.actions.results import Status
+from marinbuild.actions.results import BuildResult, Status
 from marinbuild.provenance.attempts import label_attempts
 from marinbuild.store import ActionCache, AttemptStatus, CacheEntry
 from marinbuild.targets.rule import Target
-
-if TYPE_CHECKING:
-    from marinbuild.actions.scheduler import Scheduler  # which imports this module
 
 CODE_CHANGED = "rule code changed since this output was built (bump the rule's version to rebuild)"
 _CANDIDATES = 20  # earlier keys of a label compared, newest first
@@ -207,11 +205,14 @@ def explain_miss(cache: ActionCache, target: Target, recipe: dict[str, Any]) -> 
     return "; ".join(changes)
 
 
-def explain_target(cache: ActionCache, scheduler: Scheduler, label: str) -> Explanation:
-    """Explain `label` from a scheduler that has run dry over a graph holding it."""
-    result = scheduler.result.results[label]
-    target = scheduler.graph.targets[label]
-    recipe = scheduler.recipes.get(label)
+def explain_target(
+    cache: ActionCache, graph: Graph, planned: BuildResult, recipes: Mapping[str, dict[str, Any]], label: str
+) -> Explanation:
+    """Explain `label` from a dry run over a graph holding it: its results (`planned`) and
+    the recipe of every target whose key it could compute (`recipes`)."""
+    result = planned.results[label]
+    target = graph.targets[label]
+    recipe = recipes.get(label)
     listed = tuple(ingredients(recipe, target)) if recipe is not None else ()
     if result.status is Status.CACHED:
         entry = cache.read_entry(result.key) if result.key else None
@@ -240,10 +241,9 @@ def explain_target(cache: ActionCache, scheduler: Scheduler, label: str) -> Expl
             changes = [*changes, f"also: rule code changed since {short(entry.key)} was built"]
         return Explanation(label, "would-run", result.key, summary, tuple(changes), entry.key, code_changed, listed)
     upstream = [
-        explain_target(cache, scheduler, dependency)
-        for dependency in _ancestors(scheduler.graph.deps, label)
-        if scheduler.result.results.get(dependency) is not None
-        and scheduler.result.results[dependency].status is Status.WOULD_RUN
+        explain_target(cache, graph, planned, recipes, dependency)
+        for dependency in _ancestors(graph.deps, label)
+        if planned.results.get(dependency) is not None and planned.results[dependency].status is Status.WOULD_RUN
     ]
     names = ", ".join(item.label for item in upstream) or "a dependency"
     return Explanation(

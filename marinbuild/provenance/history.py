@@ -9,7 +9,6 @@ process table says it is gone, it reads `abandoned`.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.provenance.attempts import AttemptRecord, read_attempt
-from marinbuild.store import Store, layout
+from marinbuild.store import Records, Store
 
 
 @dataclass(frozen=True)
@@ -98,12 +97,8 @@ class HistoryItem:
 
 
 def read_invocation(store: Store, invocation_id: str) -> Invocation | None:
-    data = store.read_bytes(layout.invocation(invocation_id))
-    if data is None:
-        return None
-    try:
-        record = json.loads(data)
-    except ValueError:
+    record = Records(store).read_invocation(invocation_id)
+    if record is None:
         return None
     if record.get("result") == "running" and _builder_gone(invocation_id, record):
         record = {**record, "result": "abandoned"}
@@ -126,9 +121,7 @@ def _builder_gone(invocation_id: str, record: dict[str, Any]) -> bool:
 
 def invocations(store: Store) -> Iterator[Invocation]:
     """Every invocation recorded in the store, newest first (read lazily)."""
-    names = (path.rsplit("/", 1)[1] for path in store.list("invocations"))
-    ids = sorted((name.removesuffix(".json") for name in names if name.endswith(".json")), reverse=True)
-    for invocation_id in ids:
+    for invocation_id in reversed(Records(store).invocation_ids()):
         found = read_invocation(store, invocation_id)
         if found is not None:
             yield found

@@ -83,8 +83,7 @@ def find_key(cache: ActionCache, text: str) -> str:
         )
     if len(text) == 64:
         return text
-    found = sorted({path.rsplit("/", 1)[1].removesuffix(".json") for path in cache.store.list(f"ac/{text[:2]}")})
-    matches = [key for key in found if key.startswith(text)]
+    matches = cache.keys_with_prefix(text)
     if len(matches) != 1:
         raise StoreError(
             f"{len(matches)} keys in {cache.store.url} start with {text}", hint="give more digits of the key"
@@ -113,7 +112,8 @@ def recipe_graph(cache: ActionCache, rules: Mapping[str, Rule], key: str, source
             )
         if rule.version != recipe.version:
             raise StoreError(
-                f"rule {recipe.rule} is at version {rule.version} here; the recipe of {recipe.label} needs version {recipe.version}"
+                f"rule {recipe.rule} is at version {rule.version} here; "
+                f"the recipe of {recipe.label} needs version {recipe.version}"
             )
         label = parse_label(recipe.label)
         for name, record in recipe.inputs.items():
@@ -155,7 +155,8 @@ def compare_bytes(recorded: Manifest, rerun: Manifest) -> list[str]:
     differences = [f"{path}: missing from the rerun" for path in sorted(set(before) - set(after))]
     differences += [f"{path}: only in the rerun" for path in sorted(set(after) - set(before))]
     differences += [
-        f"{path}: {before[path].size} bytes {short(before[path].digest)} → {after[path].size} bytes {short(after[path].digest)}"
+        f"{path}: {before[path].size} bytes {short(before[path].digest)} → "
+        f"{after[path].size} bytes {short(after[path].digest)}"
         for path in sorted(set(before) & set(after))
         if before[path].digest != after[path].digest
     ]

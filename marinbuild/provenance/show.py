@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from marinbuild.errors import StoreError
-from marinbuild.hashing import digest_bytes
-from marinbuild.store import ActionCache, CacheEntry, layout
+from marinbuild.store import ActionCache, CacheEntry
 from marinbuild.targets.rule import Rule
 
 # Who, where, when, with what: the provenance fields `show` reports, in this order.
@@ -37,8 +36,8 @@ def read_metrics(cache: ActionCache, entry: CacheEntry, rule: Rule | None) -> di
     listed = {item.path: item for item in entry.manifest.files}.get(rule.metrics_file)
     if listed is None:
         return {}
-    data = cache.store.read_bytes(f"{layout.output(entry.key)}/{rule.metrics_file}")
-    if data is None or digest_bytes(data) != listed.digest:
+    data = cache.read_output(entry.key, listed)
+    if data is None:
         raise StoreError(f"{rule.metrics_file} of {entry.key[:12]} is missing or does not match its manifest")
     return json.loads(data)
 

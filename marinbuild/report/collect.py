@@ -18,9 +18,8 @@ from typing import Any
 from marinbuild import provenance
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.results import Status, TargetResult
-from marinbuild.hashing import digest_bytes
 from marinbuild.session import Session
-from marinbuild.store import AttemptStatus, layout
+from marinbuild.store import AttemptStatus
 from marinbuild.store.action_cache import CacheEntry
 from marinbuild.store.manifest import FileEntry
 from marinbuild.targets.rule import Target
@@ -217,8 +216,8 @@ def _read_outputs(session: Session, step: StepReport, entry: CacheEntry) -> None
             if plots >= _MAX_PLOTS_PER_STEP:
                 continue
             plots += 1
-        data = session.store.read_bytes(f"{layout.output(entry.key)}/{item.path}")
-        if data is None or digest_bytes(data) != item.digest:
+        data = session.cache.read_output(entry.key, item)
+        if data is None:
             step.unreadable.append(item.path)
         else:
             step.files[item.path] = OutputFile(item.path, data)

@@ -6,11 +6,24 @@ import json
 from pathlib import Path
 
 from marinbuild.errors import StoreError
+from marinbuild.hashing import StatCache
 from marinbuild.store import layout
-from marinbuild.store.action_cache import ActionCache, Attempt, AttemptStatus, CacheEntry, Lookup, Outputs, Uploaded
-from marinbuild.store.base import Lease, ObjectStat, Store
+from marinbuild.store.action_cache import (
+    ActionCache,
+    Attempt,
+    AttemptStatus,
+    CacheEntry,
+    Lookup,
+    Outputs,
+    Staging,
+    Uploaded,
+    new_attempt_id,
+)
+from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec
 from marinbuild.store.local import LocalStore
+from marinbuild.store.records import Records
 from marinbuild.store.remote import reporting_transfers
+from marinbuild.store.url import parse_store_url, resolve_store_url
 
 __all__ = [
     "ActionCache",
@@ -21,48 +34,57 @@ __all__ = [
     "Lookup",
     "ObjectStat",
     "Outputs",
+    "Records",
+    "Staging",
     "Store",
+    "StoreSpec",
     "Uploaded",
     "initialize",
+    "new_attempt_id",
     "open_store",
+    "parse_store_url",
     "reporting_transfers",
     "require_leases",
+    "resolve_store_url",
     "store_salt",
 ]
 
 STORE_FORMAT = 1
 
 
-def open_store(url: str, local_dir: Path) -> Store:
-    """Open the store at `url`. Opening writes nothing: a dry run leaves no trace.
+def open_store(spec: StoreSpec | str, machine_dir: Path, stat_cache: StatCache | None = None) -> Store:
+    """Open the store at a URL. Opening writes nothing: a dry run leaves no trace.
 
-    `local_dir` is this machine's own space for a remote store (staging, scratch)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return LocalStore(Path(url))
-    if scheme == "file":
-        return LocalStore(Path(rest))
-    if scheme == "gs":
+    `machine_dir` is this machine's own space, never shared (for a remote store: staging,
+    scratch, copies of outputs); `stat_cache` remembers digests of a local store's files."""
+    url = parse_store_url(spec.url if isinstance(spec, StoreSpec) else spec)
+    directory = url.local_directory
+    if directory is not None:
+        return LocalStore(directory, stat_cache)
+    if url.scheme == "gs":
         from marinbuild.store.gcs import GCSStore  # gcsfs costs 300 ms to import: only for gs://
 
-        return GCSStore(url, local_dir)
+        return GCSStore(url.text, machine_dir)
     from fsspec.registry import known_implementations
 
-    if scheme not in known_implementations:
+    if url.scheme not in known_implementations:
         raise StoreError(
-            f"unsupported store URL '{url}'", hint="use a directory, file://, gs:// or another fsspec URL (s3://, ...)"
+            f"unsupported store URL '{url.text}'",
+            hint="use a directory, file://, gs:// or another fsspec URL (s3://, ...)",
         )
     from marinbuild.store.remote import RemoteStore
 
-    return RemoteStore(url, local_dir)
+    return RemoteStore(url.text, machine_dir)
 
 
 def require_leases(store: Store, unsafe_no_locking: bool) -> None:
     """Refuse to build on a store whose leases exclude nobody, unless told it is fine."""
     if not store.exclusive_leases and not unsafe_no_locking:
         raise StoreError(
-            f"store {store.url} cannot hold leases: its backend has no conditional writes, so two machines could run the same step at once and create-only entries are check-then-write",
-            hint="use a gs:// or local store, or pass --unsafe-no-locking to accept duplicate runs (every result is still verified before use)",
+            f"store {store.url} cannot hold leases: its backend has no conditional writes, so two machines could "
+            "run the same step at once and create-only entries are check-then-write",
+            hint="use a gs:// or local store, or pass --unsafe-no-locking to accept duplicate runs "
+            "(every result is still verified before use)",
         )
 
 

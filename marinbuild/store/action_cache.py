@@ -13,12 +13,12 @@ entry records; a lookup compares them with one listing, and files are downloaded
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
 import secrets
 import shutil
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,10 +28,9 @@ from typing import Any
 from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_file
 from marinbuild.memo import Memo
 from marinbuild.store import layout
-from marinbuild.store.base import Store
-from marinbuild.store.local_cache import LocalCache
-from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
-from marinbuild.store.remote import RemoteStore
+from marinbuild.store.base import Lease, Store, WaitingFn
+from marinbuild.store.manifest import FileEntry, Manifest
+from marinbuild.store.records import Records
 
 ENTRY_FORMAT = 1
 _PARALLEL_LOOKUPS = 32
@@ -132,6 +131,35 @@ class Uploaded:
         return cls(Manifest.from_json(data["files"]), data["checksums"])
 
 
+@dataclass(frozen=True)
+class Staging:
+    """The local directory a running attempt works in, wherever it runs (this machine or
+    a Ray host): `out` receives the outputs, `work` is the step's working directory, and
+    `log` its log as it is written. Nothing in it is read as output until published."""
+
+    root: Path
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def log(self) -> Path:
+        return self.root / layout.STAGING_LOG
+
+    @classmethod
+    def create(cls, root: Path) -> Staging:
+        staging = cls(root)
+        staging.out.mkdir(parents=True)
+        staging.work.mkdir()
+        staging.log.touch()
+        return staging
+
+
 @dataclass
 class Attempt:
     """One try at running a key; recorded in the store whatever its outcome."""
@@ -139,20 +167,8 @@ class Attempt:
     key: str
     label: str
     attempt_id: str
-    staging: Path
+    staging: Staging
     record: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def out(self) -> Path:
-        return self.staging / "out"
-
-    @property
-    def tmp(self) -> Path:
-        return self.staging / "work"
-
-    @property
-    def log_path(self) -> Path:
-        return self.staging / layout.STAGING_LOG
 
 
 class ActionCache:
@@ -160,20 +176,33 @@ class ActionCache:
     checked, trusted while the entry object's signature is unchanged (entries are never
     rewritten in place, so a replaced entry has a new signature)."""
 
-    def __init__(self, store: Store, stat_cache: StatCache, memo: Memo, local_cache: LocalCache):
+    def __init__(self, store: Store, stat_cache: StatCache, memo: Memo):
         self.store = store
         self.stat_cache = stat_cache
         self.memo = memo
-        self.local_cache = local_cache
+        self.records = Records(store)
 
     def output_dir(self, key: str) -> str:
         return self.store.location(layout.output(key))
 
     def local_dir(self, outputs: Outputs) -> Path:
         """The outputs as local files: in place on a local store, else copied by digest."""
-        if isinstance(self.store, RemoteStore):
-            return self.local_cache.materialise(self.store, layout.output(outputs.key), outputs.manifest)
-        return Path(outputs.directory)
+        return self.store.outputs_dir(layout.output(outputs.key), outputs.manifest)
+
+    def read_output(self, key: str, item: FileEntry) -> bytes | None:
+        """The bytes of one (small) output file of `key`, read whole and checked against
+        its manifest entry; None if they are missing or not its own."""
+        data = self.store.read_bytes(f"{layout.output(key)}/{item.path}")
+        return data if data is not None and digest_bytes(data) == item.digest else None
+
+    def lease(self, key: str, waiting: WaitingFn | None = None) -> contextlib.AbstractContextManager[Lease]:
+        """Exclusive ownership of `key` among every builder sharing the store."""
+        return self.store.lease(layout.lock(key), waiting)
+
+    def keys_with_prefix(self, prefix: str) -> list[str]:
+        """The keys with an entry whose hex starts with `prefix` (at least two digits)."""
+        found = {path.rsplit("/", 1)[1].removesuffix(".json") for path in self.store.list(f"ac/{prefix[:2]}")}
+        return sorted(key for key in found if key.startswith(prefix))
 
     def lookup(self, key: str) -> Lookup:
         path = layout.entry(key)
@@ -192,19 +221,18 @@ class ActionCache:
             rule_code = parsed.provenance.get("rule_code")
             files = [(f.path, f.digest, f.size) for f in manifest.files]
             self.memo.put(path, (signature, tree_digest, files, checksums, rule_code))
-        directory = self.output_dir(key)
-        if isinstance(self.store, RemoteStore):
-            problem = self.verify_stored(key, manifest, checksums)
-        else:
-            problem = self.verify(manifest, directory)
-        return Lookup(None, problem) if problem else Lookup(Outputs(key, tree_digest, manifest, directory, rule_code))
+        problem = self.store.verify_outputs(layout.output(key), manifest, checksums)
+        if problem:
+            return Lookup(None, problem)
+        return Lookup(Outputs(key, tree_digest, manifest, self.output_dir(key), rule_code))
 
     def lookup_many(self, keys: list[str]) -> list[Lookup]:
         """Look keys up together: on a remote store, concurrently, so that a no-op build of
         thousands of targets costs round trips in parallel rather than one after another."""
-        if not isinstance(self.store, RemoteStore) or len(keys) < 2:
+        workers = min(len(keys), self.store.lookup_concurrency)
+        if workers < 2:
             return [self.lookup(key) for key in keys]
-        with ThreadPoolExecutor(max_workers=min(len(keys), _PARALLEL_LOOKUPS)) as pool:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(self.lookup, keys))
 
     def read_entry(self, key: str) -> CacheEntry | str:
@@ -222,67 +250,38 @@ class ActionCache:
             return f"action-cache entry {path} has a tree digest that does not match its manifest (corrupt)"
         return entry
 
-    def verify(self, manifest: Manifest, directory: str) -> str | None:
-        """Check every output file against the manifest; the first problem found, or None."""
-        root = f"{directory}/"
-        for item in manifest.files:
-            try:
-                digest, size = self.stat_cache.digest(root + item.path)
-            except FileNotFoundError:
-                return f"output file {item.path} is missing from the store"
-            if size != item.size or digest != item.digest:
-                return f"output file {item.path} does not match its manifest (corrupt)"
-        return None
-
     def recheck(self, key: str) -> tuple[CacheEntry | str, list[str]]:
         """Re-hash every output file of `key`'s entry (no memo, no stat cache, no checksum
         shortcut; downloads from a remote store) and report every problem, not the first."""
         entry = self.read_entry(key)
         if isinstance(entry, str):
             return entry, [entry]
-        with tempfile.TemporaryDirectory(prefix="marinbuild-verify-") as temporary:
-            if isinstance(self.store, RemoteStore):
-                files = {item.path: Path(temporary, str(index)) for index, item in enumerate(entry.manifest.files)}
-                present = self.store.stat_tree(layout.output(key))
-                self.store.get_files(
-                    {f"{layout.output(key)}/{path}": local for path, local in files.items() if path in present}
-                )
-            else:
-                root = self.store.local_path(layout.output(key))
-                files = {item.path: root / item.path for item in entry.manifest.files}
-            problems = []
+        problems = []
+        with self.store.local_copies(layout.output(key), [item.path for item in entry.manifest.files]) as files:
             for item in entry.manifest.files:
-                try:
-                    digest = digest_file(files[item.path])
-                except FileNotFoundError:
+                if item.path not in files:
                     problems.append(f"output file {item.path} is missing from the store")
-                    continue
-                if digest != item.digest:
+                elif digest_file(files[item.path]) != item.digest:
                     problems.append(f"output file {item.path} does not match its manifest (corrupt)")
         return entry, problems
 
-    def verify_stored(self, key: str, manifest: Manifest, checksums: dict[str, str]) -> str | None:
-        """Check a remote entry's outputs with one listing: every file present, of its size,
-        with the checksum recorded at upload where the backend keeps one."""
-        stored = self.store.stat_tree(layout.output(key))
-        for item in manifest.files:
-            found = stored.get(item.path)
-            if found is None:
-                return f"output file {item.path} is missing from the store"
-            expected = checksums.get(item.path)
-            if found.size != item.size or (expected is not None and found.checksum != expected):
-                return f"output file {item.path} does not match its manifest (corrupt)"
-        return None
-
     # -- running and publishing ----------------------------------------------------------
 
-    def start_attempt(self, key: str, label: str, info: dict[str, Any]) -> Attempt:
+    def new_staging(self, attempt_id: str | None = None, path: str | None = None) -> Staging:
+        """A fresh staging directory for a run (of the attempt `attempt_id`), at `path` in
+        the store's layout if given."""
+        name = path or layout.staging(attempt_id or new_attempt_id())
+        return Staging.create(self.store.staging_dir(name))
+
+    def start_attempt(self, key: str, label: str, info: dict[str, Any], aside: bool = False) -> Attempt:
+        """Record a new attempt at `key` as running, with a fresh staging directory.
+
+        `aside`: a run that is never published (`rerun --check`), staged where its outputs
+        can be kept for comparison."""
         attempt_id = new_attempt_id()
-        staging = self.store.staging_dir(layout.staging(attempt_id))
-        attempt = Attempt(key, label, attempt_id, staging)
-        attempt.out.mkdir()
-        attempt.tmp.mkdir()
-        attempt.log_path.touch()
+        attempt = Attempt(
+            key, label, attempt_id, self.new_staging(attempt_id, layout.check(key, attempt_id) if aside else None)
+        )
         attempt.record = {
             "key": key,
             "label": label,
@@ -290,49 +289,48 @@ class ActionCache:
             "status": AttemptStatus.RUNNING.value,
             **info,
         }
-        self.store.write_bytes(layout.attempt_record(key, attempt_id), canonical_json(attempt.record).encode())
-        self.store.write_bytes(layout.label_attempt(label, attempt_id, key), label.encode())
+        self.records.write_attempt(attempt.record)
+        self.records.index_attempt(label, attempt_id, key)
         return attempt
 
-    def finish_attempt(self, attempt: Attempt, status: AttemptStatus, **details: Any) -> None:
-        """Record the outcome and log of an attempt, and drop its staging directory."""
+    def finish_attempt(
+        self, attempt: Attempt, status: AttemptStatus, keep_staging: bool = False, **details: Any
+    ) -> None:
+        """Record the outcome and log of an attempt, and drop its staging directory (unless
+        `keep_staging`: a run aside whose outputs differ is kept for inspection)."""
         attempt.record.update(status=status.value, **details)
-        self.store.put_file(attempt.log_path, layout.attempt_log(attempt.key, attempt.attempt_id))
-        self.store.write_bytes(
-            layout.attempt_record(attempt.key, attempt.attempt_id), canonical_json(attempt.record).encode()
-        )
-        shutil.rmtree(attempt.staging, ignore_errors=True)
+        self.records.put_log(attempt.key, attempt.attempt_id, attempt.staging.log)
+        self.records.write_attempt(attempt.record)
+        if not keep_staging:
+            shutil.rmtree(attempt.staging.root, ignore_errors=True)
 
     def publish(
-        self, attempt: Attempt, recipe: dict[str, Any], provenance: dict[str, Any], uploaded: Uploaded | None = None
+        self, attempt: Attempt, recipe: dict[str, Any], provenance: dict[str, Any], outputs: Uploaded | Manifest
     ) -> Outputs:
         """Publish an attempt's outputs under its key; the first entry of a key wins.
 
-        `uploaded`: outputs a remote worker already uploaded under the key (`upload`);
-        otherwise they are uploaded from `attempt.out` here."""
+        `outputs`: already uploaded under the key (`Uploaded`: by a worker on another
+        machine, see `upload`), or hashed in the attempt's staging (`Manifest`), from where
+        they are moved or uploaded here."""
         existing = self.lookup(attempt.key)
         if existing.outputs is not None:
             return existing.outputs
         if existing.problem is not None:
             self._quarantine(attempt.key, attempt.attempt_id)
-        return self._commit(attempt, uploaded or self.upload(attempt.key, attempt.out), recipe, provenance)
+        if isinstance(outputs, Manifest):
+            outputs = self.upload(attempt.key, attempt.staging.out, outputs)
+        return self._commit(attempt, outputs, recipe, provenance)
 
-    def upload(self, key: str, directory: Path) -> Uploaded:
-        """Hash a finished step's output directory and move or upload it under `key`:
-        the first half of publishing, which a worker on another machine can do itself."""
-        manifest = hash_tree(directory)
-        if isinstance(self.store, RemoteStore):
-            self.local_cache.adopt(directory, manifest)
-        return Uploaded(manifest, self.store.put_dir(directory, layout.output(key)))
+    def upload(self, key: str, directory: Path, manifest: Manifest) -> Uploaded:
+        """Move or upload a finished step's output directory, hashed into `manifest`, under
+        `key`: the first half of publishing, which a worker on another machine can do itself."""
+        return Uploaded(manifest, self.store.put_dir(directory, layout.output(key), manifest))
 
     def _commit(
         self, attempt: Attempt, uploaded: Uploaded, recipe: dict[str, Any], provenance: dict[str, Any]
     ) -> Outputs:
         manifest = uploaded.manifest
         root = self.output_dir(attempt.key)
-        if not isinstance(self.store, RemoteStore):
-            for item in manifest.files:
-                self.stat_cache.record(f"{root}/{item.path}", item.digest)
         entry = CacheEntry(
             attempt.key,
             attempt.label,
@@ -355,7 +353,7 @@ class ActionCache:
         name = layout.blob(digest)
         if self.store.exists(name):
             return
-        copy = attempt.staging / f"blob-{digest}"
+        copy = attempt.staging.root / f"blob-{digest}"
         shutil.copyfile(path, copy)
         self.store.put_file(copy, name)
 

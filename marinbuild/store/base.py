@@ -1,4 +1,5 @@
-"""The store interface: the few primitives the action cache is built on.
+"""The store interface: the few primitives the action cache is built on, and the
+capabilities callers ask of a store instead of asking which kind it is.
 
 Kept narrow on purpose so that a GCS store (through gcsfs/fsspec) can implement it with
 the object store's own guarantees: `create_only` is an exclusive create (locally a
@@ -7,7 +8,9 @@ what stops two machines running the same key at once.
 
 A remote store (`remote.py`) cannot hand out its objects as local files: outputs are
 checked through `stat_tree` (sizes and the server's own content checksums) and copied
-into a local cache by digest only when a step must read them as files.
+into a local cache by digest only when a step must read them as files. Nothing outside
+`marinbuild/store/` tells a local store from a remote one: it asks the capabilities
+below (`outputs_dir`, `verify_outputs`, `step_inputs_by_url`, `scratch_is_shared`, ...).
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ import contextlib
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from marinbuild.store.live_sync import ScratchMirror
+    from marinbuild.store.manifest import Manifest
 
 WaitingFn = Callable[[str], None]
 
@@ -44,11 +52,31 @@ class ObjectStat:
     checksum: str | None  # a content checksum kept by the backend (GCS: "crc32c:..."), if any
 
 
+@dataclass(frozen=True)
+class StoreSpec:
+    """What another process needs to open the same store (a Ray host): `open_store(spec)`."""
+
+    url: str
+
+
 class Store(abc.ABC):
     """A store rooted at `url`; every path argument is relative to that root."""
 
     url: str
     exclusive_leases: bool = True  # False: `lease` excludes nobody (see remote.py)
+    # True: a step whose rule reads URLs (`reads_urls`) reads its inputs where they are
+    # stored, and nothing is copied to this machine for it. False: outputs already are
+    # files of this machine.
+    step_inputs_by_url: bool = False
+    # True: `scratch_dir` lies inside the store, so every machine that mounts the store
+    # sees the same scratch. False: it is this machine's own (mirrored by `scratch_mirror`).
+    scratch_is_shared: bool = True
+    # How many look-ups are worth sending at once (round trips to a remote store).
+    lookup_concurrency: int = 1
+
+    @property
+    def spec(self) -> StoreSpec:
+        return StoreSpec(self.url)
 
     @abc.abstractmethod
     def read_bytes(self, path: str) -> bytes | None:
@@ -88,11 +116,47 @@ class Store(abc.ABC):
         """A fresh local directory for a running attempt, cheap to publish from."""
 
     @abc.abstractmethod
-    def put_dir(self, local: Path, path: str) -> dict[str, str]:
-        """Publish a staged directory at `path`, replacing any leftover of a crashed attempt.
+    def put_dir(self, local: Path, path: str, manifest: Manifest) -> dict[str, str]:
+        """Publish a staged directory (already hashed into `manifest`) at `path`, replacing
+        any leftover of a crashed attempt.
 
         Returns the backend's checksum of every file, verified against the local bytes
         ({} where the backend keeps none: a local store verifies with BLAKE3 instead)."""
+
+    @abc.abstractmethod
+    def outputs_dir(self, path: str, manifest: Manifest) -> Path:
+        """The published files of `manifest` under `path` as a local directory (in place
+        on a local store; a verified copy on this machine for a remote one)."""
+
+    @abc.abstractmethod
+    def verify_outputs(self, path: str, manifest: Manifest, checksums: dict[str, str]) -> str | None:
+        """The first reason the files under `path` are not exactly `manifest`, or None.
+        Cheap: a stat per file locally (through the stat cache), one listing remotely."""
+
+    @abc.abstractmethod
+    def local_copies(self, path: str, names: list[str]) -> contextlib.AbstractContextManager[dict[str, Path]]:
+        """The files `names` under `path` as local files, for reading once (absent ones
+        are left out): in place on a local store, downloaded to a temporary directory
+        from a remote one."""
+
+    def scratch_dir(self, key: str, shared_root: Path | None = None) -> Path:
+        """The stable scratch directory of a resumable step's key on this machine (made).
+
+        `shared_root`: a directory several machines mount (a multi-host step on a remote
+        store), in which each store has its own space."""
+        from marinbuild.store import layout
+
+        if shared_root is None:
+            directory = self.local_path(layout.scratch(key))
+        else:
+            directory = shared_root / self.local_path("").name / layout.scratch(key)
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def scratch_mirror(self, key: str, local: Path) -> ScratchMirror | None:
+        """What keeps a copy of a running step's scratch in the store, for a takeover on
+        another machine; None where the scratch already lies in the store."""
+        return None
 
     @abc.abstractmethod
     def put_file(self, local: Path, path: str) -> None:

@@ -92,7 +92,8 @@ class Holder:
             return None  # unreadable: treated as expired
 
     def describe(self) -> str:
-        return f"{self.user}@{self.host} (pid {self.pid}) holds it, for {max(self.expires - time.time(), 0):.0f} s more unless renewed"
+        remaining = max(self.expires - time.time(), 0)
+        return f"{self.user}@{self.host} (pid {self.pid}) holds it, for {remaining:.0f} s more unless renewed"
 
 
 def _me(token: str, ttl_s: float) -> Holder:

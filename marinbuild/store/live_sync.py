@@ -25,11 +25,14 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from marinbuild.errors import StoreError
 from marinbuild.store import layout
 from marinbuild.store.base import Store
-from marinbuild.store.remote import RemoteStore
+
+if TYPE_CHECKING:
+    from marinbuild.store.remote import RemoteStore
 
 _DEFAULT_SYNC_S = 10.0
 _MIN_SYNC_S = 1.0  # GCS: about one write per second per object

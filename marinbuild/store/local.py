@@ -16,14 +16,21 @@ import uuid
 from collections.abc import Hashable, Iterator
 from pathlib import Path
 
+from marinbuild.hashing import StatCache
+from marinbuild.memo import Memo
 from marinbuild.store.base import Lease, ObjectStat, Store, WaitingFn
+from marinbuild.store.manifest import Manifest
 
 
 class LocalStore(Store):
-    def __init__(self, root: Path):
+    """`stat_cache` remembers the digests of published files, so that verifying an entry's
+    outputs before each use costs a `stat()` per file, not a read."""
+
+    def __init__(self, root: Path, stat_cache: StatCache | None = None):
         self.root = root
         self.url = str(root)
         self._prefix = str(root) + os.sep
+        self.stat_cache = stat_cache or StatCache(Memo(None, "local-store"))
 
     def _path(self, path: str) -> Path:
         return self.root / path
@@ -107,13 +114,35 @@ class LocalStore(Store):
         directory.mkdir(parents=True, exist_ok=False)
         return directory
 
-    def put_dir(self, local: Path, path: str) -> dict[str, str]:
+    def put_dir(self, local: Path, path: str, manifest: Manifest) -> dict[str, str]:
         target = self._path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
             self.delete(path)
         os.rename(local, target)
+        root = f"{target}/"
+        for item in manifest.files:
+            self.stat_cache.record(root + item.path, item.digest)
         return {}
+
+    def outputs_dir(self, path: str, manifest: Manifest) -> Path:
+        return self._path(path)
+
+    def verify_outputs(self, path: str, manifest: Manifest, checksums: dict[str, str]) -> str | None:
+        root = self._prefix + path + "/"  # plain strings: this is the no-op build's hot path
+        for item in manifest.files:
+            try:
+                digest, size = self.stat_cache.digest(root + item.path)
+            except FileNotFoundError:
+                return f"output file {item.path} is missing from the store"
+            if size != item.size or digest != item.digest:
+                return f"output file {item.path} does not match its manifest (corrupt)"
+        return None
+
+    @contextlib.contextmanager
+    def local_copies(self, path: str, names: list[str]) -> Iterator[dict[str, Path]]:
+        root = self._path(path)
+        yield {name: root / name for name in names if (root / name).is_file()}
 
     def put_file(self, local: Path, path: str) -> None:
         target = self._path(path)

@@ -15,11 +15,14 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from marinbuild.errors import StoreError
 from marinbuild.hashing import digest_file
 from marinbuild.store.manifest import Manifest
-from marinbuild.store.remote import RemoteStore
+
+if TYPE_CHECKING:
+    from marinbuild.store.remote import RemoteStore
 
 
 class LocalCache:

@@ -44,16 +44,26 @@ class Manifest:
         return cls(tuple(FileEntry(item["path"], item["blake3"], item["size"]) for item in data))
 
 
+class OutputError(Exception):
+    """A step's output directory holds something that cannot be published (a symlink)."""
+
+
 def list_files(root: Path) -> list[str]:
-    """Every regular file under `root`, relative and sorted; symlinks are refused."""
+    """Every regular file under `root`, relative and sorted. A symlink, to a file or a
+    directory, anywhere in the tree is refused: published bytes must be the step's own,
+    never a pointer out of its output (`etc -> /etc` would publish a machine's files)."""
     found: list[str] = []
     for directory, subdirectories, files in os.walk(root):
         subdirectories.sort()
-        for name in files:
+        for name in [*subdirectories, *files]:
             path = Path(directory, name)
             if path.is_symlink():
-                raise ValueError(f"output {path.relative_to(root)} is a symlink; outputs must be regular files")
-            found.append(path.relative_to(root).as_posix())
+                raise OutputError(
+                    f"output {path.relative_to(root)} is a symlink (to {os.readlink(path)}); "
+                    "outputs must be regular files and directories: copy what it points to instead"
+                )
+            if name in files:
+                found.append(path.relative_to(root).as_posix())
     return sorted(found)
 
 

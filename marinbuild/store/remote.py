@@ -20,6 +20,7 @@ import contextlib
 import functools
 import hashlib
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -29,6 +30,9 @@ from typing import Any, TypeVar
 
 from marinbuild.errors import StoreError
 from marinbuild.store.base import Lease, ObjectStat, Store, WaitingFn
+from marinbuild.store.live_sync import ScratchMirror
+from marinbuild.store.local_cache import LocalCache
+from marinbuild.store.manifest import Manifest
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -105,15 +109,20 @@ def backend_errors(method: _Method) -> _Method:
 
 
 class RemoteStore(Store):
-    """A store whose objects live behind fsspec; `local_dir` is this machine's own space
-    for it (staging of running attempts, copies of logs, scratch), never shared."""
+    """A store whose objects live behind fsspec. `machine_dir` is this machine's own space,
+    never shared: `local_dir` under it holds this store's staging of running attempts,
+    copies of logs and scratch; the local cache holds copies of outputs by digest."""
 
     exclusive_leases = False
+    step_inputs_by_url = True
+    scratch_is_shared = False
+    lookup_concurrency = 32
     backend_error_types: tuple[type[BaseException], ...] = (OSError,)
 
-    def __init__(self, url: str, local_dir: Path):
+    def __init__(self, url: str, machine_dir: Path):
         self.url = url.rstrip("/")
-        self.local_dir = local_dir / hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        self.local_dir = machine_dir / "stores" / hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        self.local_cache = LocalCache(machine_dir / "local-cache")
 
     @functools.cached_property
     def fs(self) -> Any:
@@ -205,7 +214,8 @@ class RemoteStore(Store):
         return directory
 
     @backend_errors
-    def put_dir(self, local: Path, path: str) -> dict[str, str]:
+    def put_dir(self, local: Path, path: str, manifest: Manifest) -> dict[str, str]:
+        self.local_cache.adopt(local, manifest)  # built here: never downloaded again
         if self._find(path):
             self.delete(path)  # a crashed attempt's leftovers: no entry points at them
         files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
@@ -256,6 +266,33 @@ class RemoteStore(Store):
             self.fs.get(
                 [self._full(path) for path in files], [str(local) for local in files.values()], callback=callback
             )
+
+    def outputs_dir(self, path: str, manifest: Manifest) -> Path:
+        return self.local_cache.materialise(self, path, manifest)
+
+    def verify_outputs(self, path: str, manifest: Manifest, checksums: dict[str, str]) -> str | None:
+        """One listing: every file present, of its size, with the checksum recorded at
+        upload where the backend keeps one. (Bytes are BLAKE3-checked when downloaded.)"""
+        stored = self.stat_tree(path)
+        for item in manifest.files:
+            found = stored.get(item.path)
+            if found is None:
+                return f"output file {item.path} is missing from the store"
+            expected = checksums.get(item.path)
+            if found.size != item.size or (expected is not None and found.checksum != expected):
+                return f"output file {item.path} does not match its manifest (corrupt)"
+        return None
+
+    @contextlib.contextmanager
+    def local_copies(self, path: str, names: list[str]) -> Iterator[dict[str, Path]]:
+        with tempfile.TemporaryDirectory(prefix="marinbuild-copies-") as temporary:
+            present = self.stat_tree(path)
+            files = {name: Path(temporary, str(index)) for index, name in enumerate(names) if name in present}
+            self.get_files({f"{path}/{name}": local for name, local in files.items()})
+            yield files
+
+    def scratch_mirror(self, key: str, local: Path) -> ScratchMirror:
+        return ScratchMirror(self, key, local)
 
     def local_path(self, path: str) -> Path:
         return self.local_dir / path

@@ -79,7 +79,8 @@ class InputFiles:
     def local(self, label: str) -> InputFiles:
         if self.root is None:
             raise StepFailed(
-                f"{label} was not downloaded, because this rule declares reads_urls: read it at ctx.url({label!r}) = {self.url}"
+                f"{label} was not downloaded, because this rule declares reads_urls: "
+                f"read it at ctx.url({label!r}) = {self.url}"
             )
         return self
 

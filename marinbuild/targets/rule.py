@@ -90,7 +90,8 @@ class Resources:
             tpu_slice(str(self.accelerator))
             if self.hosts != 1:
                 raise ValueError(
-                    f"resources: a TPU slice's type says its hosts ({self.accelerator}); ask for more with 'slices', not 'hosts'"
+                    f"resources: a TPU slice's type says its hosts ({self.accelerator}); "
+                    "ask for more with 'slices', not 'hosts'"
                 )
         elif self.slices != 1:
             raise ValueError("resources: 'slices' counts TPU slices; give a TPU type as 'accelerator' (e.g. v5p-64)")
@@ -119,7 +120,8 @@ COMMON_ATTRS: dict[str, Attr] = {
         types.DICT,
         default={},
         identity=False,
-        doc="{'cpu': N, 'memory_gb': N, 'accelerator': 'H100' or 'v5p-64', 'accelerator_count': 8, 'hosts': N, 'slices': N}",
+        doc="{'cpu': N, 'memory_gb': N, 'accelerator': 'H100' or 'v5p-64', 'accelerator_count': 8, "
+        "'hosts': N, 'slices': N}",
     ),
 }
 

@@ -1,0 +1,162 @@
+"""One run of a step, from its staging directory to its outcome.
+
+The scheduler, `rerun --check` and a Ray host all run a step the same way: a context
+over a staging directory, the rule's body (in this process, in a worker process, or on a
+cluster), the outputs hashed and checked, and what happened classified. `StepRun` is
+that sequence, written once, so that whatever guards a step is written once too.
+
+What it does not do is the bookkeeping around an attempt — the lease, the attempt
+record, publishing — which belongs to whoever runs it (the scheduler holds the lease
+and publishes; a Ray host only runs and uploads; `rerun --check` never publishes).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marinbuild.actions.logs import close_logger, step_logger
+from marinbuild.store import AttemptStatus, Staging, Uploaded
+from marinbuild.store.manifest import Manifest, OutputError, hash_tree
+from marinbuild.targets.attrs import JsonValue
+from marinbuild.targets.context import Context, InputFiles, ProgressFn, StepFailed
+
+
+class WorkerLost(Exception):
+    """The process (or host) running a step died without reporting: preempted, killed,
+    out of memory. Unlike a failure of the step itself, trying again may well succeed."""
+
+
+# The body of a run: the rule itself, run by an executor. Returns outputs a remote host
+# already uploaded, or None when they are in `context.out`.
+Body = Callable[[Context], "Uploaded | None"]
+
+# Why a run was stopped from outside, and what the attempt then records.
+_STOP_MESSAGES = {
+    AttemptStatus.CANCELLED: "the build was interrupted while the step ran",
+    AttemptStatus.LEASE_LOST: "lost the lease on this key to another builder; stopped the step and did not publish it",
+}
+# A step killed by a signal may have died of the very Ctrl-C that stops the build, which
+# the builder may not have acted on yet: how long to wait for it to say so.
+_SIGNAL_GRACE_S = 2.0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended. Only `succeeded` has outputs: `manifest` (hashed in staging) or
+    `uploaded` (a remote host uploaded them under the key)."""
+
+    status: AttemptStatus
+    error: str | None = None
+    exit_status: int | None = None
+    # Which retry budget a failure may use: "worker_lost" or "failed"; None: never retried
+    # (it succeeded, or it was stopped from outside).
+    retry_as: str | None = None
+    manifest: Manifest | None = None
+    uploaded: Uploaded | None = None
+    measured: dict[str, JsonValue] = field(default_factory=dict)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status is AttemptStatus.SUCCEEDED
+
+    def record(self) -> dict[str, Any]:
+        """What the attempt record keeps of it (besides the status and times)."""
+        details: dict[str, Any] = {}
+        if self.error is not None:
+            details["error"] = self.error
+        if self.exit_status is not None:
+            details["exit_status"] = self.exit_status
+        if self.retry_as is not None:
+            details["failure"] = self.retry_as
+        if self.measured:
+            details["measured"] = self.measured
+        return details
+
+
+class StepRun:
+    """A step's context over a staging directory, and the one way of running it."""
+
+    def __init__(
+        self,
+        label: str,
+        key: str,
+        attrs: dict[str, JsonValue],
+        staging: Staging,
+        inputs: dict[str, InputFiles],
+        workspace: Path,
+        scratch: Path | None = None,
+        distributed: dict[str, Any] | None = None,
+        progress: ProgressFn | None = None,
+    ):
+        self.staging = staging
+        self.context = Context(
+            label=label,
+            key=key,
+            attrs=attrs,
+            inputs=inputs,
+            out=staging.out,
+            tmp=staging.work,
+            log_path=staging.log,
+            workspace=workspace,
+            scratch=scratch,
+            distributed=distributed,
+            progress_fn=progress,
+        )
+        self._lock = threading.Lock()
+        self._stopped_as: AttemptStatus | None = None
+        self._stopped = threading.Event()
+
+    def stop(self, status: AttemptStatus) -> None:
+        """Stop the run from outside (the build was interrupted, the lease was lost): its
+        processes are killed, and it ends with `status`. The first reason given wins."""
+        with self._lock:
+            if self._stopped_as is None:
+                self._stopped_as = status
+        self._stopped.set()
+        self.context.processes.stop()
+
+    def run(self, body: Body, upload: Callable[[Manifest], Uploaded | None] | None = None) -> RunOutcome:
+        """Run `body` and classify what happened. Outputs left in staging are hashed (a
+        symlink among them fails the step); `upload` then takes them (a Ray host's)."""
+        context = self.context
+        context.log = step_logger(context.label, self.staging.log)
+        manifest = uploaded = None
+        error = retry_as = None
+        exit_status: int | None = None
+        try:
+            uploaded = body(context)
+            if uploaded is None:
+                manifest = hash_tree(context.out)
+                uploaded = upload(manifest) if upload is not None else None
+        except WorkerLost as lost:
+            error, retry_as = f"worker lost: {lost}", "worker_lost"
+        except StepFailed as failed:
+            error, exit_status, retry_as = str(failed), failed.exit_status, "failed"
+        except OutputError as bad:
+            error, retry_as = str(bad), "failed"
+        except Exception as failed:  # noqa: BLE001 - the rule's own bug, reported with its traceback
+            context.log.error("%s", traceback.format_exc())
+            error, retry_as = f"{type(failed).__name__}: {failed}", "failed"
+        finally:
+            close_logger(context.log)
+        measured = dict(context.measured)
+        stopped_as = self._stop_reason(error is not None and exit_status is not None and exit_status < 0)
+        # A lost lease voids even a success (another builder owns the key now); an
+        # interrupted build publishes what finished before it was stopped.
+        if stopped_as is AttemptStatus.LEASE_LOST or (stopped_as is not None and error is not None):
+            because = f": {error}" if error is not None else ""
+            return RunOutcome(stopped_as, _STOP_MESSAGES[stopped_as] + because, exit_status, measured=measured)
+        if error is not None:
+            return RunOutcome(AttemptStatus.FAILED, error, exit_status, retry_as, measured=measured)
+        return RunOutcome(AttemptStatus.SUCCEEDED, manifest=manifest, uploaded=uploaded, measured=measured)
+
+    def _stop_reason(self, killed_by_signal: bool) -> AttemptStatus | None:
+        if killed_by_signal:
+            self._stopped.wait(_SIGNAL_GRACE_S)
+        with self._lock:
+            return self._stopped_as

@@ -1,0 +1,58 @@
+"""The layers of marinbuild/ hold, and a change that breaks them is caught.
+
+The contracts are in pyproject.toml ([tool.importlinter]); docs/concepts.md describes
+the layers they enforce. `lint-imports` runs here and in .ci/run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(root / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_the_tree_keeps_every_layer_contract():
+    done = _lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "kept, 0 broken." in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden_import", "contract"),
+    [
+        # Execution reading history back: the cycle issue #14 removed.
+        ("marinbuild/actions/scheduler.py", "from marinbuild.provenance import explain", "A build goes down the layers"),
+        ("marinbuild/store/action_cache.py", "from marinbuild.targets import rule", "The store stands alone"),
+        ("marinbuild/hashing.py", "from marinbuild.store import layout", "Shared modules"),
+        ("rules/lm.py", "from marinbuild.session import Session", "Rules implement steps"),
+    ],
+)
+def test_a_forbidden_import_breaks_its_contract(tmp_path, module, forbidden_import, contract):
+    copy = tmp_path / "tree"
+    copy.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", copy)
+    for package in ("marinbuild", "rules"):
+        shutil.copytree(ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+    path = copy / module
+    path.write_text(path.read_text() + f"\n{forbidden_import}  # added by the test\n")
+    done = _lint_imports(copy)
+    assert done.returncode != 0, done.stdout
+    broken = done.stdout.split("Broken contracts")[-1]
+    assert contract in broken, done.stdout
