@@ -32,6 +32,7 @@ from jax.experimental import multihost_utils
 from levanter.checkpoint import CheckpointerConfig, discover_latest_checkpoint
 from levanter.data.text import LMMixtureDatasetConfig, UrlDatasetSourceConfig
 from levanter.distributed import DistributedConfig, RayConfig
+from levanter.layers.attention import AttentionBackend
 from levanter.main import eval_lm as levanter_eval_lm
 from levanter.main import train_lm as levanter_train_lm
 from levanter.models.llama import LlamaConfig
@@ -39,9 +40,11 @@ from levanter.optim import AdamConfig
 from levanter.tracker import Tracker
 from levanter.tracker.tracker import TrackerConfig
 from levanter.trainer import TrainerConfig
+from levanter.utils.activation import ActivationFunctionEnum
 from levanter.utils.jax_utils import jnp_to_python
 
 from marinbuild.targets.context import StepFailed
+from rules import lm_config
 
 # What a tokenized target provides (the `tokenize` rule's output contract).
 SPLITS = ("train", "validation")
@@ -224,26 +227,30 @@ def data_config(sets: Mapping[str, str], weights: Mapping[str, float], tokenizer
 def model_config(fields: Mapping[str, Any], tokenizer: Path, tmp: Path) -> LlamaConfig:
     """LlamaConfig from a BUILD dict, with a local tokenizer and HF reference, never the Hub.
 
-    The reference (where the HF export takes its config defaults and tokenizer from) is
-    the tokenizer next to a `config.json` naming the Llama architecture.
+    Every value comes from the dict resolved against rules/lm_config.py (a target's attrs
+    already are; a model.json of an older output may lack fields added since). The
+    reference (where the HF export takes its config defaults and tokenizer from) is the
+    tokenizer next to a `config.json` naming the Llama architecture.
     """
-    _check_fields(LlamaConfig, fields, "model", exclude={"tokenizer", "reference_checkpoint"})
+    fields = lm_config.resolve("model", fields)
     reference = tmp / "hf-reference"
     shutil.copytree(tokenizer, reference, dirs_exist_ok=True)
     (reference / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    return LlamaConfig(**fields, tokenizer=str(tokenizer), reference_checkpoint=str(reference))
+    backend = fields["attn_backend"]
+    return LlamaConfig(
+        **{
+            **fields,
+            # JSON holds the enums' values; Levanter wants the enums.
+            "activation_function": ActivationFunctionEnum(fields["activation_function"]),
+            "attn_backend": None if backend is None else AttentionBackend(backend),
+        },
+        tokenizer=str(tokenizer),
+        reference_checkpoint=str(reference),
+    )
 
 
 def optimizer_config(fields: Mapping[str, Any]) -> AdamConfig:
-    _check_fields(AdamConfig, fields, "optimizer")
-    return AdamConfig(**fields)
-
-
-def _check_fields(cls: type, fields: Mapping[str, Any], attribute: str, exclude: set[str] = frozenset()) -> None:
-    known = {field.name for field in dataclasses.fields(cls)} - exclude
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise StepFailed(f"{attribute}: unknown {cls.__name__} fields {unknown}; known: {', '.join(sorted(known))}")
+    return AdamConfig(**lm_config.resolve("optimizer", fields))
 
 
 def trainer_config(
@@ -256,14 +263,15 @@ def trainer_config(
 ) -> TrainerConfig:
     """Levanter's trainer on whatever devices this process sees, without wandb or a Ray cluster.
 
-    Checkpoints go under `checkpoints` every `checkpoint_interval` steps and at the last
-    step (so the output always holds the final state), with no run id in the path: the
-    next attempt of the same key finds them and resumes. Levanter numbers steps from 0 and
-    never saves at step 0, hence at least 2 steps.
+    `trainer` is a `trainer` dict of train_lm (eval_lm makes one too), resolved against
+    rules/lm_config.py. Checkpoints go under `checkpoints` every `checkpoint_interval`
+    steps and at the last step (so the output always holds the final state), with no run
+    id in the path: the next attempt of the same key finds them and resumes. Levanter
+    numbers steps from 0 and never saves at step 0, hence at least 2 steps.
     """
-    steps = trainer["steps"]
-    batch_size = trainer.get("batch_size", 8)
-    every, last = trainer.get("checkpoint_interval", steps), steps - 1
+    trainer = lm_config.resolve("trainer", trainer)
+    steps, batch_size = trainer["steps"], trainer["batch_size"]
+    every, last = trainer["checkpoint_interval"], steps - 1
     keep = [{"every": every, "until": None}]
     if last % every:
         keep = [{"every": every, "until": last - 1}, {"every": last, "until": None}]
@@ -275,8 +283,8 @@ def trainer_config(
         num_train_steps=steps,
         train_batch_size=batch_size,
         per_device_eval_parallelism=max(1, batch_size // jax.device_count()),
-        steps_per_eval=trainer.get("eval_interval", steps),
-        max_eval_batches=trainer.get("max_eval_batches"),
+        steps_per_eval=trainer["eval_interval"],
+        max_eval_batches=trainer["max_eval_batches"],
         checkpointer=CheckpointerConfig(
             base_path=str(checkpoints or log_dir / "checkpoints"), keep=keep, append_run_id_to_base_path=False
         ),
@@ -301,6 +309,7 @@ def train_config(
     distributed: bool = False,
 ) -> levanter_train_lm.TrainLmConfig:
     """Levanter's config for a `train_lm` target: checkpoints, metrics and HF exports in `scratch`."""
+    attrs = lm_config.resolve_attrs(attrs)
     mixture = attrs["data"]
     weights = dict(zip(sets, mixture.values())) if isinstance(mixture, dict) else {tag: 1.0 for tag in sets}
     return levanter_train_lm.TrainLmConfig(
@@ -347,6 +356,7 @@ def train(
     all of them.
     """
     started = time.time()
+    attrs = lm_config.resolve_attrs(attrs)  # model.json records the effective model config
     sets, tokenizer = tokenized_sets(data, tmp)
     config = train_config(attrs, sets, tokenizer, scratch, tmp, distributed)
     checkpoints, exports = scratch / "checkpoints", scratch / "hf"
@@ -478,6 +488,7 @@ def evaluate(model: str, data: Mapping[str, str], attrs: Mapping[str, Any], tmp:
     if trained["tokenizer_blake3"] != tokenizer_digest(tokenizer):
         raise StepFailed("the data sets were tokenized with another tokenizer than the model was trained with")
     metrics = tmp / "metrics.jsonl"
+    # One step's trainer (evaluating every step), through the same schema as train_lm's.
     trainer = {"steps": 1, "batch_size": attrs["batch_size"], "max_eval_batches": attrs["max_batches"]}
     config = levanter_eval_lm.EvalLmConfig(
         checkpoint_path=f"{model}/checkpoint",

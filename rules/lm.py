@@ -1,9 +1,10 @@
 """Language-model rules: `train_lm` and `eval_lm`, on Levanter.
 
-The rules are declared here, cheap to import; the Levanter side (configs, metrics, the
-runs) is `rules/levanter_lm.py`, imported only when a step runs. Macros for model and
-resource dicts (`llama_nano()`, `llama(...)`, `cpu()`, `gpu(...)`, `tpu(...)`) are in
-`rules/lm.star`.
+The rules are declared here, cheap to import; the schema of `model`, `optimizer` and
+`trainer`, with their defaults, is `rules/lm_config.py`; the Levanter side (configs,
+metrics, the runs) is `rules/levanter_lm.py`, imported only when a step runs. Macros
+for model and resource dicts (`llama_nano()`, `llama(...)`, `cpu()`, `gpu(...)`,
+`tpu(...)`) are in `rules/lm.star`.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule
+from rules import lm_config
 
 ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
-# The `trainer` dict: training length and batching, how often to evaluate and checkpoint.
-TRAINER_FIELDS = ("steps", "batch_size", "eval_interval", "checkpoint_interval", "max_eval_batches")
+# Model sizes that must be positive (Levanter would fail on them only once the step runs).
+_MODEL_SIZES = ("seq_len", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads")
 
 
 class _Shown(dict):
@@ -51,22 +53,21 @@ def _eval_headline(out: Path) -> str | None:
     return _headline(out / "metrics.json", "eval loss {loss}, {bpb} bits/byte, perplexity {perplexity} (metrics.json)")
 
 
-def _positive_int(value: JsonValue) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
 def _validate_train(attrs: Mapping[str, JsonValue]) -> None:
-    trainer = attrs["trainer"]
-    unknown = sorted(set(trainer) - set(TRAINER_FIELDS))
-    if unknown:
-        raise ValueError(f"trainer: unknown fields {unknown}; known: {', '.join(TRAINER_FIELDS)}")
-    if "steps" not in trainer:
-        raise ValueError("trainer: 'steps' is required")
-    for name in TRAINER_FIELDS:
-        if name in trainer and trainer[name] is not None and not _positive_int(trainer[name]):
-            raise ValueError(f"trainer: {name} must be a positive int, got {trainer[name]!r}")
+    """Checks across fields; their names and types were checked against rules/lm_config.py."""
+    trainer, model = attrs["trainer"], attrs["model"]
+    for name, value in trainer.items():
+        if value is not None and value <= 0:
+            raise ValueError(f"trainer: {name} must be positive, got {value!r}")
     if trainer["steps"] < 2:
         raise ValueError("trainer: steps must be at least 2 (Levanter never checkpoints its step 0)")
+    for name in _MODEL_SIZES:
+        if model[name] <= 0:
+            raise ValueError(f"model: {name} must be positive, got {model[name]!r}")
+    if model["num_heads"] % model["num_kv_heads"]:
+        raise ValueError(
+            f"model: num_heads ({model['num_heads']}) must be a multiple of num_kv_heads ({model['num_kv_heads']})"
+        )
 
 
 def _train_lm(ctx: Context) -> None:
@@ -88,9 +89,16 @@ train_lm = Rule(
     doc="Train a Llama language model with Levanter; outputs checkpoint/, hf/, metrics.jsonl, summary.json.",
     attrs={
         "data": Attr(types.MIXTURE, doc="A tokenize target, or a mixture {label: weight} of them."),
-        "model": Attr(types.DICT, doc="LlamaConfig fields, e.g. llama_nano() from //rules:lm.star."),
-        "optimizer": Attr(types.DICT, default={}, doc="AdamConfig fields (learning_rate, weight_decay, warmup...)."),
-        "trainer": Attr(types.DICT, doc="steps, batch_size, eval_interval, checkpoint_interval, max_eval_batches."),
+        # Checked and completed with their defaults at load time (rules/lm_config.py).
+        "model": Attr(lm_config.MODEL, doc="LlamaConfig fields, e.g. llama_nano() from //rules:lm.star."),
+        "optimizer": Attr(
+            lm_config.OPTIMIZER,
+            default=lm_config.resolve("optimizer", {}),
+            doc="AdamConfig fields (learning_rate, weight_decay, warmup...).",
+        ),
+        "trainer": Attr(
+            lm_config.TRAINER, doc="steps, batch_size, eval_interval, checkpoint_interval, max_eval_batches."
+        ),
         "seed": Attr(types.INT, default=0),
     },
     validate=_validate_train,
@@ -103,7 +111,7 @@ train_lm = Rule(
     retry=RetryPolicy(worker_lost=10),
     multi_host=True,
     packages=ML_PACKAGES,
-    code_modules=("rules.levanter_lm",),
+    code_modules=("rules.levanter_lm", "rules.lm_config"),
     metrics_file="summary.json",
     # Bit-identical on CPU with a fixed seed, but not promised across machines and XLA versions.
     check_metrics={
@@ -148,6 +156,6 @@ eval_lm = Rule(
     resources=Resources(cpu=2, memory_gb=4),
     reads_urls=True,
     packages=ML_PACKAGES,
-    code_modules=("rules.levanter_lm",),
+    code_modules=("rules.levanter_lm", "rules.lm_config"),
     metrics_file="metrics.json",
 )

@@ -96,6 +96,13 @@ def test_train_and_evaluate_a_tiny_model(tmp_path: Path) -> None:
     assert rc == 0 and "0 built, 5 cached" in err, err
     assert f"eval loss {summary['eval_loss']:.3f} (at initialisation" in out
 
+    # `show` prints the effective config: the defaults the BUILD file left out included
+    # (rules/lm_config.py), as recorded in model.json for eval_lm.
+    rc, out, err = run_cli(ws, "show", f"{PKG}:model")
+    assert rc == 0 and '"weight_decay": 0.1' in out and '"activation_function": "silu"' in out, out + err
+    recorded = json.loads((model / "model.json").read_text())["model"]
+    assert recorded["num_layers"] == 1 and recorded["activation_function"] == "silu"
+
     # From Python, without building: the verified output and the summary metrics.
     assert marinbuild.output(f"{PKG}:model", workspace=ws) == model
     assert marinbuild.metrics(f"{PKG}:model", workspace=ws) == summary
@@ -137,7 +144,7 @@ def test_train_and_evaluate_a_tiny_model(tmp_path: Path) -> None:
 def test_bad_attributes_fail_at_load(tmp_path: Path) -> None:
     ws = _workspace(tmp_path / "ws", _build_file(trainer='{"steps": 6, "epochs": 2}'))
     rc, _out, err = run_cli(ws, "build", f"{PKG}:model")
-    assert rc == 2 and "BUILD.marin:6" in err and "unknown fields ['epochs']" in err, err
+    assert rc == 2 and "BUILD.marin:6" in err and "attribute 'trainer': unknown field 'epochs'" in err, err
     (ws / "exp" / "BUILD.marin").write_text('eval_lm(name = "eval", model = ":model", data = [])\n')
     rc, _out, err = run_cli(ws, "build", f"{PKG}:eval")
     assert rc == 2 and "BUILD.marin:1" in err and "name at least one tokenize target" in err, err

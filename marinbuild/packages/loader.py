@@ -360,7 +360,9 @@ class PackageLoader:
             try:
                 attrs[attr_name] = attr.type.normalize(kwargs[attr_name], package.name)
             except (ValueError, LabelError) as error:
-                raise LoadError(f"{what}: attribute '{attr_name}': {error}", location=location) from None
+                raise LoadError(
+                    f"{what}: attribute '{attr_name}': {error}", location=location, hint=getattr(error, "hint", None)
+                ) from None
         try:
             resources = Resources.from_json(attrs["resources"], rule.resources)
             if resources.processes > 1 and not rule.multi_host:
@@ -368,7 +370,7 @@ class PackageLoader:
             if rule.validate is not None:
                 rule.validate(attrs)
         except ValueError as error:
-            raise LoadError(f"{what}: {error}", location=location) from None
+            raise LoadError(f"{what}: {error}", location=location, hint=getattr(error, "hint", None)) from None
         package.targets[name] = Target(Label(package.name, name), rule, attrs, location)
 
 

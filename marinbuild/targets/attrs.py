@@ -8,17 +8,27 @@ the digests of what they name is what makes a key independent of target names.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marinbuild.errors import did_you_mean
 from marinbuild.labels import parse_label
 
 JsonValue = Any  # dict[str, JsonValue] | list[JsonValue] | str | int | float | bool | None
 LabelMap = Callable[[str], str]
 
 REQUIRED: Any = object()  # sentinel default: the attribute is mandatory
+
+
+class AttrError(ValueError):
+    """A bad attribute value, with a hint the CLI prints under the error (`did you mean ...?`)."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
 
 
 def json_type_error(value: JsonValue) -> str | None:
@@ -211,6 +221,132 @@ LABEL_KEYED_DICT = AttrType("label_keyed_dict", _normalize_label_keyed_dict, _ma
 MIXTURE = AttrType("mixture", _normalize_mixture, _map_mixture)
 TEMPLATE = AttrType("template", _normalize_template, _map_template)
 FUNCTION = AttrType("function", _normalize_function, _map_function)
+
+
+# -- structs: a dict of named, typed scalar fields with defaults ------------------------------
+
+_KIND_NAMES = {int: "an int", float: "a number", bool: "a bool", str: "a string"}
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A field default computed from the struct's other fields once they are resolved.
+
+    `doc` stands for the function wherever the schema is described (a package cache's
+    fingerprint, documentation): say what it computes, e.g. "steps".
+    """
+
+    fn: Callable[[Mapping[str, JsonValue]], JsonValue]
+    doc: str
+
+
+def same_as(other: str) -> Computed:
+    """A default that copies another field's resolved value (e.g. `eval_interval` = `steps`)."""
+    return Computed(lambda fields: fields[other], other)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a struct: a JSON scalar of one or more kinds, and its default.
+
+    `kind` is int, float, bool or str, or a tuple of them. A bool is never an int; an int
+    is accepted where a number (float) is expected, and stored as a float unless int is
+    a kind too (then it stays an int: `warmup = 100` means steps, `warmup = 0.1` a
+    fraction). `optional` also accepts None. `choices` restricts a string value.
+    """
+
+    name: str
+    kind: type | tuple[type, ...]
+    default: JsonValue | Computed = REQUIRED
+    optional: bool = False
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    @property
+    def kinds(self) -> tuple[type, ...]:
+        return self.kind if isinstance(self.kind, tuple) else (self.kind,)
+
+    def expected(self) -> str:
+        names = [_KIND_NAMES[kind] for kind in self.kinds if not (kind is int and float in self.kinds)]
+        return " or ".join(names + (["None"] if self.optional else []))
+
+    def check(self, value: JsonValue) -> JsonValue:
+        """The value as stored, or AttrError saying why it is not one."""
+        if value is None and self.optional:
+            return None
+        kinds = self.kinds
+        if isinstance(value, bool):
+            ok = bool in kinds
+        elif isinstance(value, int):
+            ok = int in kinds or float in kinds
+            value = value if int in kinds else float(value)
+        else:
+            ok = isinstance(value, tuple(kind for kind in kinds if kind is not int))
+        if not ok:
+            shown = "None" if value is None else f"{type(value).__name__} {value!r}"
+            raise AttrError(f"field '{self.name}': expected {self.expected()}, got {shown}")
+        if isinstance(value, str) and self.choices and value not in self.choices:
+            raise AttrError(
+                f"field '{self.name}': expected one of {', '.join(repr(c) for c in self.choices)}, got {value!r}",
+                hint=did_you_mean(value, self.choices),
+            )
+        return value
+
+    def describe(self) -> str:
+        """The field as one line of schema: `name: kinds [choices] = default`."""
+        kinds = "|".join(kind.__name__ for kind in self.kinds) + ("|None" if self.optional else "")
+        choices = f" in {list(self.choices)}" if self.choices else ""
+        if self.default is REQUIRED:
+            default = " (required)"
+        elif isinstance(self.default, Computed):
+            default = f" = <{self.default.doc}>"
+        else:
+            default = f" = {json.dumps(self.default)}"
+        return f"{self.name}: {kinds}{choices}{default}"
+
+
+def struct(fields: Sequence[Field]) -> AttrType:
+    """A dict of named scalar fields, checked and completed where the BUILD file is read.
+
+    An unknown field (with a "did you mean" hint), a value of the wrong kind and a missing
+    required field are errors; every field left out gets its default, computed ones last
+    and in order. The normalized value holds every field, so the recipe (and the key, and
+    what `explain` and `show` print) is the effective configuration: a changed default is
+    a changed recipe. The type's name spells the whole schema, so a changed schema is a
+    changed rule for the package cache.
+    """
+    fields = tuple(fields)
+    by_name = {field.name: field for field in fields}
+    if len(by_name) != len(fields):
+        raise ValueError("a struct declares a field twice")
+    for field in fields:
+        if field.default is not REQUIRED and not isinstance(field.default, Computed):
+            field.check(field.default)  # a schema whose defaults fail its own checks is a bug
+
+    def normalize(value: JsonValue, _package: str) -> JsonValue:
+        if not isinstance(value, dict):
+            raise AttrError(f"expected a dict of fields, got {type(value).__name__} {value!r}")
+        for name in value:
+            if name not in by_name:
+                raise AttrError(
+                    f"unknown field {name!r}",
+                    hint=did_you_mean(str(name), by_name) or f"the fields are: {', '.join(by_name)}",
+                )
+        resolved: dict[str, JsonValue] = {}
+        for field in fields:
+            if field.name in value:
+                resolved[field.name] = field.check(value[field.name])
+            elif field.default is REQUIRED:
+                raise AttrError(f"missing required field '{field.name}'")
+            elif not isinstance(field.default, Computed):
+                resolved[field.name] = field.default
+        for field in fields:
+            if isinstance(field.default, Computed) and field.name not in resolved:
+                resolved[field.name] = field.check(field.default.fn(resolved))
+        return {field.name: resolved[field.name] for field in fields}
+
+    name = "struct(" + ", ".join(field.describe() for field in fields) + ")"
+    return AttrType(name, normalize, _no_labels)
 
 
 @dataclass(frozen=True)

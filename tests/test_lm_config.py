@@ -1,0 +1,295 @@
+"""train_lm's `model`, `optimizer` and `trainer`: checked when the BUILD file loads,
+completed with the defaults of rules/lm_config.py, and in step with Levanter's classes.
+
+A typo used to load, get a key and pass `build --dry-run`, failing only in the worker
+(on a cluster, after a TPU slice was reserved). These tests run the CLI as a user would
+and never train: the one real training that shows `show` printing the defaults is in
+tests/test_rules_lm.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types as pytypes
+import typing
+from pathlib import Path
+
+import pytest
+from conftest import build_json, keys
+from helpers_workspace import assert_bad_input, build, loader_for, run_cli
+
+from marinbuild.targets import attrs as types
+from rules import lm_config
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n'
+BUILD_FILE = "exp/BUILD.marin"
+TRAIN_LINE = 4  # the line of `train_lm(` in _build_file
+MODEL = '{"hidden_dim": 32, "intermediate_dim": 128, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2, "seq_len": 64}'
+
+
+def _build_file(model: str = MODEL, optimizer: str = '{"learning_rate": 3e-3}', trainer: str = '{"steps": 6}') -> str:
+    return f"""\
+python_corpus(name = "corpus", sample_count = 40, chunk_characters = 1500, validation_fraction = 0.1)
+bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
+tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
+train_lm(
+    name = "model",
+    data = ":tokens",
+    model = {model},
+    optimizer = {optimizer},
+    trainer = {trainer},
+)
+"""
+
+
+def _workspace(make_workspace, **fields: str) -> Path:
+    return make_workspace({BUILD_FILE: _build_file(**fields)}, config=CONFIG)
+
+
+# -- at load time, through the CLI ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value", "field", "suggestion"),
+    [
+        ("model", '{"hidden_dim": 32, "num_layer": 1}', "num_layer", "num_layers"),
+        ("optimizer", '{"learnin_rate": 3e-3}', "learnin_rate", "learning_rate"),
+        ("trainer", '{"steps": 6, "batch_sise": 4}', "batch_sise", "batch_size"),
+    ],
+)
+def test_a_typo_fails_at_load_with_the_line_and_a_suggestion(
+    make_workspace, attribute: str, value: str, field: str, suggestion: str
+) -> None:
+    ws = _workspace(make_workspace, **{attribute: value})
+    result = build(ws, "--dry-run", "//exp:model")
+    assert_bad_input(
+        result, ws, BUILD_FILE, TRAIN_LINE, f"train_lm 'model': attribute '{attribute}': unknown field '{field}'"
+    )
+    assert f"hint: did you mean '{suggestion}'" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value", "message"),
+    [
+        ("model", '{"num_layers": 2.5}', "field 'num_layers': expected an int, got float 2.5"),
+        ("optimizer", '{"learning_rate": "fast"}', "field 'learning_rate': expected a number, got str 'fast'"),
+        ("trainer", '{"steps": True}', "field 'steps': expected an int, got bool True"),
+        ("trainer", '{"batch_size": 4}', "missing required field 'steps'"),
+        ("optimizer", '{"max_grad_norm": [1.0]}', "field 'max_grad_norm': expected a number or None, got list [1.0]"),
+        ("model", "[]", "expected a dict of fields, got list []"),
+    ],
+)
+def test_a_wrong_type_fails_at_load_with_the_line(make_workspace, attribute: str, value: str, message: str) -> None:
+    ws = _workspace(make_workspace, **{attribute: value})
+    assert_bad_input(
+        build(ws, "--dry-run", "//exp:model"),
+        ws,
+        BUILD_FILE,
+        TRAIN_LINE,
+        f"train_lm 'model': attribute '{attribute}': {message}",
+    )
+
+
+def test_a_value_outside_the_choices_fails_with_a_suggestion(make_workspace) -> None:
+    ws = _workspace(make_workspace, optimizer='{"lr_schedule": "cosin"}')
+    result = build(ws, "--dry-run", "//exp:model")
+    assert_bad_input(
+        result,
+        ws,
+        BUILD_FILE,
+        TRAIN_LINE,
+        "train_lm 'model': attribute 'optimizer': field 'lr_schedule': expected one of 'constant', 'cosine',",
+    )
+    assert "hint: did you mean 'cosine'?" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value", "message"),
+    [
+        ("trainer", '{"steps": 1}', "trainer: steps must be at least 2"),
+        ("trainer", '{"steps": 6, "batch_size": 0}', "trainer: batch_size must be positive, got 0"),
+        ("model", '{"num_heads": 3, "num_kv_heads": 2}', "model: num_heads (3) must be a multiple of num_kv_heads (2)"),
+    ],
+)
+def test_fields_that_do_not_fit_together_fail_at_load(make_workspace, attribute: str, value: str, message: str) -> None:
+    ws = _workspace(make_workspace, **{attribute: value})
+    assert_bad_input(build(ws, "--dry-run", "//exp:model"), ws, BUILD_FILE, TRAIN_LINE, f"train_lm 'model': {message}")
+
+
+# -- the effective config ---------------------------------------------------------------------
+
+
+def test_the_loaded_target_holds_the_effective_config(make_workspace) -> None:
+    ws = _workspace(make_workspace, trainer='{"steps": 6, "eval_interval": 3}')
+    attrs = loader_for(ws).package("exp").targets["model"].attrs
+    assert attrs["optimizer"] == {**lm_config.resolve("optimizer", {}), "learning_rate": 3e-3}
+    assert attrs["optimizer"]["weight_decay"] == 0.1 and attrs["optimizer"]["lr_schedule"] == "cosine"
+    # checkpoint_interval defaults to steps; a given eval_interval is kept.
+    assert attrs["trainer"] == {
+        "steps": 6,
+        "batch_size": 8,
+        "eval_interval": 3,
+        "checkpoint_interval": 6,
+        "max_eval_batches": None,
+    }
+    assert attrs["model"]["activation_function"] == "silu" and attrs["model"]["num_layers"] == 1
+
+    # `query --output build` prints the target as loaded: the defaults included.
+    result = run_cli(["query", "--output", "build", "//exp:model"], cwd=ws)
+    assert result.rc == 0, result.stderr
+    assert '"weight_decay": 0.1' in result.stdout and '"checkpoint_interval": 6' in result.stdout, result.stdout
+
+
+def test_explain_prints_the_defaults_and_a_changed_default_is_another_key(make_workspace) -> None:
+    ws = _workspace(make_workspace)
+    built = build(ws, "//exp:tokens")
+    assert built.rc == 0, built.stderr
+    result = run_cli(["explain", "//exp:model"], cwd=ws)
+    assert result.rc == 0, result.stderr
+    for line in ("optimizer.weight_decay = 0.1", "trainer.eval_interval = 6", "model.scan_layers = true"):
+        assert line in result.stdout, result.stdout
+
+    # Writing a default out is the same recipe; another value (a changed default) is another experiment.
+    def key(optimizer: str) -> str:
+        (ws / BUILD_FILE).write_text(_build_file(optimizer=optimizer))
+        return keys(build_json(ws, "--dry-run", "//exp:model"))["//exp:model"]
+
+    implicit = key('{"learning_rate": 3e-3}')
+    assert key('{"learning_rate": 3e-3, "weight_decay": 0.1}') == implicit
+    assert key('{"learning_rate": 3e-3, "weight_decay": 0.0}') != implicit
+
+
+# -- the struct attribute type ---------------------------------------------------------------
+
+
+def test_a_struct_checks_kinds_and_fills_defaults() -> None:
+    struct = types.struct(
+        [
+            types.Field("steps", int),
+            types.Field("rate", float, 0.5),
+            types.Field("warmup", (int, float), 0.1),
+            types.Field("every", int, types.same_as("steps")),
+            types.Field("name", str, None, optional=True, choices=("a", "b")),
+        ]
+    )
+    assert struct.normalize({"steps": 4}, "") == {"steps": 4, "rate": 0.5, "warmup": 0.1, "every": 4, "name": None}
+    # An int where a number is expected is stored as a float, unless int is a kind too.
+    resolved = struct.normalize({"steps": 4, "rate": 1, "warmup": 10, "every": 2, "name": "b"}, "")
+    assert resolved == {"steps": 4, "rate": 1.0, "warmup": 10, "every": 2, "name": "b"}
+    assert isinstance(resolved["rate"], float) and isinstance(resolved["warmup"], int)
+    assert struct.normalize(resolved, "") == resolved  # resolving twice changes nothing
+    with pytest.raises(types.AttrError, match="field 'steps': expected an int, got bool True"):
+        struct.normalize({"steps": True}, "")
+    with pytest.raises(types.AttrError, match="field 'rate': expected a number, got bool False"):
+        struct.normalize({"steps": 1, "rate": False}, "")
+    with pytest.raises(types.AttrError, match="field 'steps': expected an int, got NoneType None|got None"):
+        struct.normalize({"steps": None}, "")
+    with pytest.raises(types.AttrError, match="unknown field 'stesp'") as raised:
+        struct.normalize({"stesp": 1}, "")
+    assert raised.value.hint == "did you mean 'steps'?"
+    with pytest.raises(types.AttrError, match="unknown field 'zzz'") as raised:
+        struct.normalize({"zzz": 1}, "")
+    assert raised.value.hint == "the fields are: steps, rate, warmup, every, name"
+    # A default that fails its own field's check is a bug in the schema, caught when declared.
+    with pytest.raises(types.AttrError):
+        types.struct([types.Field("rate", float, "fast")])
+
+
+def test_the_schema_is_part_of_the_type_name() -> None:
+    """The package cache fingerprints rules by their attribute types' names: a changed
+    default must invalidate cached packages, since their attrs hold the old one."""
+    before = types.struct([types.Field("rate", float, 0.5)])
+    after = types.struct([types.Field("rate", float, 0.25)])
+    assert before.name != after.name
+    assert "eval_interval: int = <steps>" in lm_config.TRAINER.name
+
+
+# -- in step with Levanter --------------------------------------------------------------------
+
+
+def _members(annotation: object) -> tuple[object, ...]:
+    if typing.get_origin(annotation) in (typing.Union, pytypes.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _accepts(annotation: object, field: types.Field) -> list[str]:
+    """What `field` may hold that Levanter's `annotation` does not accept (empty: compatible)."""
+    members = _members(annotation)
+    enums = [member for member in members if isinstance(member, type) and issubclass(member, enum.Enum)]
+    problems = []
+    for kind in field.kinds:
+        if kind is str and field.choices and enums:
+            values = {item.value for item in enums[0]}
+            if not set(field.choices) <= values:
+                problems.append(f"choices {sorted(set(field.choices) - values)} are not {enums[0].__name__} values")
+        elif kind not in members:
+            problems.append(f"{kind.__name__} is not one of {members}")
+    if field.optional and type(None) not in members:
+        problems.append("None is not accepted")
+    return problems
+
+
+def _levanter_default(field: dataclasses.Field) -> object:
+    value = field.default
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+@pytest.mark.parametrize("kind", ["model", "optimizer"])
+def test_the_schema_matches_levanters_config_classes(kind: str) -> None:
+    from levanter.models.llama import LlamaConfig
+    from levanter.optim import AdamConfig
+    from levanter.optim.config import LrSchedule
+
+    cls, declared, excluded = {
+        "model": (LlamaConfig, lm_config.MODEL_FIELDS, lm_config.MODEL_EXCLUDED),
+        "optimizer": (AdamConfig, lm_config.OPTIMIZER_FIELDS, lm_config.OPTIMIZER_EXCLUDED),
+    }[kind]
+    theirs = {field.name: field for field in dataclasses.fields(cls) if field.init}
+    hints = typing.get_type_hints(cls)
+    ours = {field.name: field for field in declared}
+
+    # Every Levanter field is declared or excluded with a reason; nothing is both, nothing is made up.
+    assert not set(ours) & set(excluded), set(ours) & set(excluded)
+    assert set(theirs) - set(ours) - set(excluded) == set(), "new Levanter fields: declare or exclude them"
+    assert set(ours) - set(theirs) == set(), "declared fields Levanter does not have"
+    assert set(excluded) - set(theirs) == set(), "excluded fields Levanter does not have"
+    assert all(reason.strip() for reason in excluded.values())
+
+    for name, field in ours.items():
+        assert _accepts(hints[name], field) == [], f"{kind}.{name}: {_accepts(hints[name], field)}"
+        assert field.default == _levanter_default(theirs[name]), f"{kind}.{name}: Levanter's default differs"
+    if kind == "optimizer":  # a string lr_schedule names a registered schedule
+        assert set(ours["lr_schedule"].choices) <= set(LrSchedule.get_known_choices())
+
+
+def test_the_resolved_configs_build_levanters_configs(tmp_path: Path) -> None:
+    """What the loader resolves (and an older output's partial model.json) makes Levanter's
+    configs with Levanter's own defaults wherever the BUILD file said nothing."""
+    from levanter.models.llama import LlamaConfig
+    from levanter.optim import AdamConfig
+
+    from rules import levanter_lm
+
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_text("{}")
+    partial = {"hidden_dim": 64, "intermediate_dim": 256, "num_layers": 2, "num_heads": 4, "num_kv_heads": 4}
+    model = levanter_lm.model_config(partial, tokenizer, tmp_path)
+    assert model == dataclasses.replace(
+        LlamaConfig(**partial), tokenizer=model.tokenizer, reference_checkpoint=model.reference_checkpoint
+    )
+    assert levanter_lm.model_config(lm_config.resolve("model", partial), tokenizer, tmp_path) == model
+    assert levanter_lm.optimizer_config({"learning_rate": 1e-3}) == AdamConfig(learning_rate=1e-3)
+    trainer = levanter_lm.trainer_config({"steps": 10, "batch_size": 4}, 0, None, tmp_path / "m", tmp_path / "logs")
+    assert (trainer.num_train_steps, trainer.train_batch_size, trainer.steps_per_eval) == (10, 4, 10)
+    assert trainer.max_eval_batches is None
+
+
+def test_the_docs_list_every_field() -> None:
+    text = (REPO / "docs" / "rules.md").read_text()
+    section = text[text.index("### train_lm(") : text.index("### eval_lm(")]
+    for field in (*lm_config.MODEL_FIELDS, *lm_config.OPTIMIZER_FIELDS, *lm_config.TRAINER_FIELDS):
+        assert f"`{field.name}`" in section, f"docs/rules.md does not list {field.name}"
