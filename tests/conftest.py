@@ -8,19 +8,64 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import blake3
+import click
 import pytest
 
 # A generous per-command limit: a hung build must fail the test, not the whole run.
 CLI_TIMEOUT_S = 60
+
+
+# Set by .ci/run, which installs every system tool the suite uses: there a missing tool is
+# a failure, not a skip, so CI runs those tests for real.
+REQUIRE_TOOLS = "MARINBUILD_REQUIRE_TOOLS"
+
+
+def require_tool(name: str, why: str) -> str:
+    """The path of the system tool `name` (Chromium, Graphviz, Bazel...), for a test that needs it.
+
+    A fresh machine has Python and the package registries but not these tools, and the
+    README's test command must pass there: without the tool the test skips, saying what
+    it needs and why. With MARINBUILD_REQUIRE_TOOLS=1 (.ci/run) it fails instead.
+    """
+    found = shutil.which(name)
+    if found is not None:
+        return found
+    reason = f"{name} is not installed: {why}"
+    if os.environ.get(REQUIRE_TOOLS) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_TOOLS}=1 makes a missing tool an error)", pytrace=False)
+    pytest.skip(reason)
+
+
+def parse_command_line(args: Sequence[str]) -> list[click.Context]:
+    """Parse `marinbuild ARGS` with the real CLI, down the chain of subcommands, running nothing.
+
+    Returns the context of each command in the chain (the group first); a bad command line
+    raises click.UsageError. The settings the shared options set (--store...) are the
+    last context's `obj`.
+    """
+    from marinbuild.cli.main import cli
+
+    context = cli.make_context("marinbuild", list(args))
+    contexts = [context]
+    command: click.Command = cli
+    # What a group leaves to its subcommand (click 8.5 keeps it in _protected_args + args).
+    while isinstance(command, click.Group) and (rest := [*context._protected_args, *context.args]):
+        name, found, rest = command.resolve_command(context, rest)
+        assert name is not None and found is not None
+        command = found
+        context = command.make_context(name, rest, parent=context)
+        contexts.append(context)
+    return contexts
 
 
 def write_files(root: Path, files: Mapping[str, str | bytes]) -> None:

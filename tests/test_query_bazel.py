@@ -2,7 +2,8 @@
 
 One spec of genrules and source files is written twice, as a Bazel workspace (WORKSPACE
 and BUILD files) and as a marinbuild workspace (BUILD.marin files), and each query is
-run by both. Only where `bazel` is installed (Bazel 4: `apt-get install bazel-bootstrap`).
+run by both. Needs `bazel` (Bazel 4: `apt-get install bazel-bootstrap`); without it the tests
+skip, or fail under MARINBUILD_REQUIRE_TOOLS=1 as in .ci/run.
 
 What is compared: the labels of rule targets and source files. Left out of Bazel's
 answer are its implicit `@bazel_tools` targets (every genrule depends on a setup
@@ -25,11 +26,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import require_tool
 from helpers_workspace import write_files
 
 from marinbuild.session import Session
-
-pytestmark = pytest.mark.skipif(shutil.which("bazel") is None, reason="bazel is not installed")
 
 BAZEL_TIMEOUT_S = 300
 
@@ -149,11 +149,12 @@ def _comparable(bazel_label: str) -> str | None:
 
 @pytest.fixture(scope="module")
 def bazel_query(tmp_path_factory):
+    bazel = require_tool("bazel", "the query language is checked against Bazel's (apt: bazel-bootstrap)")
     workspace = _write(tmp_path_factory.mktemp("bazel") / "ws", "BUILD", "WORKSPACE")
     # Bazel's server socket lives under the output root: keep its path short. The system
     # bazelrc stays (Debian's package points it at its install base); a user's does not.
     output_root = Path(tempfile.mkdtemp(prefix="mbq-bazel-"))
-    startup = ["bazel", f"--output_user_root={output_root}", "--nohome_rc", "--max_idle_secs=120"]
+    startup = [bazel, f"--output_user_root={output_root}", "--nohome_rc", "--max_idle_secs=120"]
 
     def run(expression: str) -> list[str]:
         done = subprocess.run(

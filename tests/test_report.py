@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -23,8 +22,7 @@ from pathlib import Path
 from urllib.request import urlopen
 from xml.etree import ElementTree
 
-import pytest
-from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses, write_files
+from conftest import CLI_TIMEOUT_S, build_json, cli_env, require_tool, run_cli, statuses, write_files
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -34,7 +32,6 @@ from test_scaling_sweep import _workspace
 
 from marinbuild.report import StepStatus, diagram
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # apt: chromium chromium-driver
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"  # git-ignored; CI keeps what is there
 
 EXTRA_TARGETS = """
@@ -79,9 +76,9 @@ def _report(ws: Path, out: Path, *patterns: str) -> Path:
     return index
 
 
-def _browser() -> WebDriver:
+def _browser(chromium: str, chromedriver: str) -> WebDriver:
     options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
+    options.binary_location = chromium
     for argument in (
         "--headless=new",
         "--no-sandbox",
@@ -92,7 +89,7 @@ def _browser() -> WebDriver:
         options.add_argument(argument)
     # No network: a report must render from its own files.
     options.add_argument("--proxy-server=127.0.0.1:9")
-    return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    return webdriver.Chrome(options=options, service=Service(chromedriver))
 
 
 def _visible(browser: WebDriver, selector: str):
@@ -103,6 +100,9 @@ def _visible(browser: WebDriver, selector: str):
 
 
 def test_report_in_a_browser(tmp_path: Path) -> None:
+    # Looked for first: without them the test skips before its two minutes of training.
+    chromium = require_tool("chromium", "the report is checked in headless Chromium (apt: chromium)")
+    chromedriver = require_tool("chromedriver", "selenium drives Chromium through it (apt: chromium-driver)")
     ws = _workspace(tmp_path / "ws", _build_file() + EXTRA_TARGETS + SCALING_SUITE)
     rc, stdout, stderr = run_cli(ws, "build", "--json", "--keep-going", f"{PKG}:all", timeout=2 * TRAIN_TIMEOUT_S)
     assert rc == 1, stderr
@@ -117,7 +117,7 @@ def test_report_in_a_browser(tmp_path: Path) -> None:
     html = index.read_text()
     assert not re.search(r"""(src|href)=["']https?:""", html), "the report must not load anything from the network"
 
-    browser = _browser()
+    browser = _browser(chromium, chromedriver)
     try:
         browser.get(index.as_uri())
         browser.set_window_size(1300, browser.execute_script("return document.body.scrollHeight") + 100)
@@ -290,8 +290,8 @@ def test_graph_layout_without_graphviz(monkeypatch) -> None:
     assert len([path for path in svg.iter(f"{SVG}path") if path.get("class") == "edge"]) == 2
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is optional; without it the layered layout is used")
 def test_graph_layout_with_graphviz(monkeypatch) -> None:
+    require_tool("dot", "the graph is laid out by Graphviz where it is installed (apt: graphviz)")
     svg = _diagram(monkeypatch, with_dot=True)
     assert sorted(_links(svg)) == ["steps/a.html", "steps/b.html", "steps/c.html"]
     assert diagram.COLOURS[StepStatus.FAILED][0] in ElementTree.tostring(svg, encoding="unicode")
