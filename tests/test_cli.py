@@ -1,4 +1,5 @@
-"""The command line: output formats, exit statuses, --dry-run, where, --jobs, invocations."""
+"""The command line: output formats, exit statuses, --dry-run, where, --jobs, invocations, and the
+shared options (--store, --workspace, --unsafe-no-locking) before or after any command."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import click
 import pytest
 from conftest import (
     ac_entries,
     attempt_records,
     build_json,
+    cli_env,
     invocations,
     output_text,
+    parse_command_line,
     run_cli,
     statuses,
     store_files,
@@ -23,6 +27,7 @@ from conftest import (
 import marinbuild
 from marinbuild.actions.results import NullReporter
 from marinbuild.actions.scheduler import BuildOptions
+from marinbuild.cli.main import cli
 from marinbuild.session import Session
 from marinbuild.targets.rule import Resources
 
@@ -304,3 +309,79 @@ def test_a_step_bigger_than_the_machine_still_runs_alone(make_workspace):
     options = BuildOptions(jobs=2, capacity=Resources(cpu=2, memory_gb=100))
     result = Session.open(ws).build(["//pkg:all"], options, NullReporter())
     assert result.ok and result.results["//pkg:huge"].status.value == "built"
+
+
+# -- the shared options after the command, as with Bazel ----------------------------------------
+
+
+def _leaf_command_lines(group: click.Group, prefix: tuple[str, ...] = ()) -> list[list[str]]:
+    """A command line for every command of the CLI, nested ones included, with a sample value
+    for each required argument: a command added later is covered without being listed."""
+    lines = []
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            lines += _leaf_command_lines(command, (*prefix, name))
+            continue
+        required = [param for param in command.params if isinstance(param, click.Argument) and param.required]
+        lines.append([*prefix, name, *("//pkg:x" for _param in required)])
+    return lines
+
+
+COMMAND_LINES = [*_leaf_command_lines(cli), ["//pkg:x"]]  # and the implicit build
+
+
+@pytest.mark.parametrize("command", COMMAND_LINES, ids=[" ".join(line) for line in COMMAND_LINES])
+def test_shared_options_are_taken_after_every_command(command, tmp_path):
+    after = parse_command_line([*command, "--store", "S", "--workspace", str(tmp_path), "--unsafe-no-locking"])
+    assert after[-1].obj == {"workspace": tmp_path, "store_url": "S", "unsafe_no_locking": True}
+    before = parse_command_line(["--store", "S", "--workspace", str(tmp_path), "--unsafe-no-locking", *command])
+    assert before[-1].obj == after[-1].obj
+    assert parse_command_line(command)[-1].obj == {"workspace": None, "store_url": None, "unsafe_no_locking": False}
+
+
+@pytest.mark.parametrize(
+    ("args", "store"),
+    [
+        (["--store", "A", "build", "--store", "B", "//pkg:x"], "B"),
+        (["--store", "A", "//pkg:x", "--store", "B"], "B"),
+        (["--store", "A", "cache", "--store", "B", "gc", "--store", "C"], "C"),
+        (["--store", "A", "cache", "--store", "B", "gc"], "B"),
+        (["--store", "A", "cache", "gc"], "A"),
+    ],
+)
+def test_given_before_and_after_the_command_the_one_after_wins(args, store):
+    assert parse_command_line(args)[-1].obj["store_url"] == store
+
+
+def test_shared_options_mix_with_subtractions_and_build_options():
+    (_group, build_context) = parse_command_line(
+        ["build", "//pkg:all", "--store", "S", "-//pkg:x", "--unsafe-no-locking", "-j", "2", "-:y"]
+    )
+    assert build_context.params["patterns"] == ("//pkg:all", "-//pkg:x", "-:y")
+    assert build_context.params["jobs"] == 2
+    assert build_context.obj == {"workspace": None, "store_url": "S", "unsafe_no_locking": True}
+
+
+def test_store_and_workspace_after_the_command_are_used(make_workspace, tmp_path):
+    ws = make_workspace(chain_files())
+    store = tmp_path / "elsewhere"
+
+    def marinbuild(*args: str, cwd: Path) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "marinbuild", *args], cwd=cwd, capture_output=True, text=True, env=cli_env()
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    built = json.loads(marinbuild("build", "--json", "//pkg:all", "--store", str(store), cwd=ws))
+    assert {item["status"] for item in built["targets"]} == {"built"}
+    assert all(Path(item["output"]).is_relative_to(store) for item in built["targets"])
+    assert not (ws / "cache").exists(), "--store after the command must replace the default store"
+    # The implicit build, from outside the workspace; the store given after the command wins.
+    out = marinbuild(
+        "--store", str(ws / "other"), "//pkg:third", "--workspace", str(ws), "--store", str(store), cwd=tmp_path
+    )
+    assert out.startswith(f"{THIRD}: {store}")
+    assert not (ws / "other").exists()
+    # A store without leases needs --unsafe-no-locking, after the command too.
+    marinbuild("build", "//pkg:alone", "--store", "memory://mb", "--unsafe-no-locking", cwd=ws)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 import marinbuild
 from marinbuild import provenance
@@ -61,7 +62,62 @@ def _handles_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-class _DefaultToBuild(click.Group):
+def _shared_setting(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """Record a shared option in the invocation's settings, the dict every command's context shares.
+
+    Click parses the outer command before the inner one, so a value given after a
+    subcommand replaces one given before it; an option left out keeps the outer value.
+    """
+    settings = ctx.ensure_object(dict)
+    assert param.name is not None
+    if ctx.get_parameter_source(param.name) in (None, ParameterSource.DEFAULT):
+        settings.setdefault(param.name, value)
+    else:
+        settings[param.name] = value
+
+
+def _shared_options() -> list[click.Parameter]:
+    """--workspace, --store and --unsafe-no-locking: fresh ones for each command that takes them."""
+    return [
+        click.Option(
+            ["--workspace"],
+            type=click.Path(file_okay=False, path_type=Path),
+            expose_value=False,
+            callback=_shared_setting,
+            help="Workspace root (default: found from the current directory).",
+        ),
+        click.Option(
+            ["--store", "store_url"],
+            metavar="URL",
+            expose_value=False,
+            callback=_shared_setting,
+            help="Store URL or directory (default: the workspace's setting, else cache/).",
+        ),
+        click.Option(
+            ["--unsafe-no-locking"],
+            is_flag=True,
+            expose_value=False,
+            callback=_shared_setting,
+            help="Build on a store without leases (fsspec URLs other than gs://): "
+            "the same step may run on two machines at once.",
+        ),
+    ]
+
+
+class _SharedOptionsGroup(click.Group):
+    """A group each of whose commands takes the shared options too, as users type them after
+    the command (`marinbuild build //x --store DIR`, as with Bazel), not only before it.
+
+    Nested groups are of this class too (`marinbuild cache gc --store DIR`), and a command
+    added later takes them without declaring anything.
+    """
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        cmd.params.extend(_shared_options())
+        super().add_command(cmd, name)
+
+
+class _DefaultToBuild(_SharedOptionsGroup):
     """`marinbuild //x:all` is `marinbuild build //x:all`."""
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
@@ -70,33 +126,22 @@ class _DefaultToBuild(click.Group):
         return super().resolve_command(ctx, args)
 
 
-@click.group(cls=_DefaultToBuild, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_DefaultToBuild, params=_shared_options(), context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(marinbuild.__version__, prog_name="marinbuild")
-@click.option(
-    "--workspace",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Workspace root (default: found from the current directory).",
-)
-@click.option(
-    "--store",
-    "store_url",
-    metavar="URL",
-    help="Store URL or directory (default: the workspace's setting, else cache/).",
-)
-@click.option(
-    "--unsafe-no-locking",
-    is_flag=True,
-    help="Build on a store without leases (fsspec URLs other than gs://): "
-    "the same step may run on two machines at once.",
-)
-@click.pass_context
-def cli(ctx: click.Context, workspace: Path | None, store_url: str | None, unsafe_no_locking: bool) -> None:
-    """A content-addressed build system for training foundation models."""
-    ctx.obj = {"workspace": workspace, "store": store_url, "unsafe_no_locking": unsafe_no_locking}
+def cli() -> None:
+    """A content-addressed build system for training foundation models.
+
+    --workspace, --store and --unsafe-no-locking go before the command or after it
+    (`marinbuild build //x:all --store DIR`); given in both places, the one after the
+    command wins.
+    """
 
 
 def _session(ctx: click.Context) -> Session:
-    return Session.open(ctx.obj["workspace"], ctx.obj["store"], unsafe_no_locking=ctx.obj["unsafe_no_locking"])
+    settings = ctx.ensure_object(dict)
+    return Session.open(
+        settings.get("workspace"), settings.get("store_url"), unsafe_no_locking=settings.get("unsafe_no_locking", False)
+    )
 
 
 class _BuildCommand(click.Command):
@@ -462,7 +507,7 @@ def query(ctx: click.Context, expression: tuple[str, ...], output: str, keep_goi
     click.echo(result.render(output), nl=False)
 
 
-@cli.group()
+@cli.group(cls=_SharedOptionsGroup)
 def cache() -> None:
     """Look after the store: verify, collect garbage, count."""
 

@@ -1,0 +1,295 @@
+"""The README's commands on a fresh machine: every `marinbuild` command line shown in
+README.md and docs/ parses with the real CLI, the README's "Command line" section runs,
+offline, on experiments/hello, and a test needing a system tool the machine lacks skips
+(or fails where .ci/run installed the tools).
+
+What counts as a command line (found in each Markdown file under docs/ and README.md):
+
+- in a fenced block of shell (no language, bash, sh, shell, console, text), every simple
+  command of a line (split at `&&`, `||`, `;` and `|`, a `$ ` prompt and `# comments`
+  dropped, a redirection and what follows it too) whose program is `marinbuild` or
+  `.../marinbuild`; a line ending in `\\` continues on the next one;
+- in prose, every inline code span that starts with `marinbuild `.
+
+Usage synopses (a token in `[...]`, or an upper-case placeholder such as `LABEL`,
+`PATTERN...`, `LABEL|KEY`) are checked too, made concrete: every optional part is
+included, each placeholder becomes a sample value (PLACEHOLDERS), and each alternative
+of `a|b|c` is tried in turn, so a synopsis naming an option that does not exist fails.
+A synopsis continues on the indented lines below it that start with `[`.
+
+Left out, on purpose:
+- Python and TOML blocks (`marinbuild.output(...)` is the Python API; docs/store.md's
+  `# or: marinbuild --store ... ...` is a TOML comment pointing at the option);
+- lines whose first word is `marinbuild:` — the program's output (`marinbuild: error: ...`);
+- an inline span naming a command without its required arguments (`marinbuild query`,
+  `marinbuild build --dry-run`) is checked for its command and options only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import pytest
+from conftest import CLI_TIMEOUT_S, REQUIRE_TOOLS, cli_env, parse_command_line, require_tool
+
+from marinbuild.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+SHELL_FENCES = {"", "bash", "sh", "shell", "console", "text"}
+OPERATORS = {"&&", "||", ";", "|"}
+PLACEHOLDER = re.compile(r"([A-Z][A-Z_]*)(\.\.\.)?")
+PLACEHOLDERS = {  # a sample value for each placeholder of the synopses
+    "PATTERN": "//experiments/hello:all",
+    "LABEL": "//experiments/hello:report",
+    "KEY": "ea933802e095",
+    "EXPR": "deps(//experiments/hello:all)",
+    "FORMAT": "label",
+    "N": "2",
+    "S": "30",
+    "URL": "gs://team-bucket/mb",
+    "DIR": "out",
+    "FILE": "events.jsonl",
+    "ADDRESS": "auto",
+}
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    """One command line of the docs, as argv after `marinbuild`."""
+
+    file: str
+    line: int
+    text: str  # as the doc shows it
+    args: tuple[str, ...]
+    inline: bool  # an inline code span in prose, not a fenced block
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.text}"
+
+
+def _fenced_shell_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, logical line) of the shell blocks, continuations joined."""
+    fence: str | None = None
+    pending: tuple[int, str] | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            if pending is not None:
+                yield pending
+                pending = None
+            fence = stripped[3:].strip().lower() if fence is None else None
+            continue
+        if fence not in SHELL_FENCES:
+            continue
+        if pending is not None and (pending[1].endswith("\\") or (line[:1].isspace() and stripped.startswith("["))):
+            pending = (pending[0], pending[1].removesuffix("\\").rstrip() + " " + stripped)
+            continue
+        if pending is not None:
+            yield pending
+        pending = (number, stripped)
+    if pending is not None:
+        yield pending
+
+
+def _inline_spans(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the prose's inline code spans that start with `marinbuild `."""
+    prose, fence = [], False
+    for line in text.splitlines():
+        if line.strip().startswith("```"):
+            fence = not fence
+        prose.append("" if fence or line.strip().startswith("```") else line)
+    joined = "\n".join(prose)
+    for match in re.finditer(r"`([^`]+)`", joined):
+        if match.group(1).startswith("marinbuild "):
+            yield joined.count("\n", 0, match.start()) + 1, " ".join(match.group(1).split())
+
+
+def _invocations(line: str) -> list[list[str]]:
+    """The argv (after the program) of each simple command of `line` that runs marinbuild."""
+    try:
+        words = shlex.split(line.removeprefix("$ "), comments=True)
+    except ValueError:  # not shell (unbalanced quotes): no command line
+        return []
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word in OPERATORS:
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    found = []
+    for command in commands:
+        redirection = next((i for i, word in enumerate(command) if re.match(r"\d?[<>]", word)), len(command))
+        command = command[:redirection]
+        if command and Path(command[0]).name == "marinbuild":
+            found.append(command[1:])
+    return found
+
+
+def _is_synopsis(args: list[str]) -> bool:
+    return any("[" in arg or "]" in arg or PLACEHOLDER.fullmatch(arg) or "|" in arg for arg in args)
+
+
+def _sample(word: str) -> str:
+    match = PLACEHOLDER.fullmatch(word)
+    if match is None:
+        return word
+    assert match.group(1) in PLACEHOLDERS, f"the placeholder {word} needs a sample value in PLACEHOLDERS"
+    return PLACEHOLDERS[match.group(1)]
+
+
+def _concrete(args: list[str]) -> list[list[str]]:
+    """The command lines a synopsis stands for: every optional part in, each alternative in turn."""
+    words = [bare for arg in args if (bare := arg.replace("[", "").replace("]", ""))]
+    choices = [word.split("|") for word in words]
+    first = [alternatives[0] for alternatives in choices]
+    lines = [first]
+    for index, alternatives in enumerate(choices):
+        lines += [[*first[:index], other, *first[index + 1 :]] for other in alternatives[1:]]
+    return [[_sample(word) for word in line] for line in lines]
+
+
+def doc_commands() -> list[DocCommand]:
+    commands = []
+    for path in DOCS:
+        text, name = path.read_text(), path.relative_to(ROOT).as_posix()
+        for inline, lines in ((False, _fenced_shell_lines(text)), (True, _inline_spans(text))):
+            for number, line in lines:
+                for args in _invocations(line):
+                    concrete = _concrete(args) if _is_synopsis(args) else [args]
+                    commands += [DocCommand(name, number, line, tuple(each), inline) for each in concrete]
+    return commands
+
+
+DOC_COMMANDS = doc_commands()
+
+
+def test_the_docs_show_command_lines() -> None:
+    """The extraction finds what it should: a guard against a rule that silently matches nothing."""
+    files = {command.file for command in DOC_COMMANDS}
+    assert {"README.md", "docs/cluster.md", "docs/query.md", "docs/reproducibility.md", "docs/tutorial.md"} <= files
+    assert ("build", "--executor", "ray", "--ray-address", "HEAD_IP:6379", "--store", "gs://team-bucket/mb") == next(
+        command.args[:7] for command in DOC_COMMANDS if command.file == "docs/cluster.md"
+    )
+    # The README's commands are those the run below covers, and the report's (test_report.py).
+    readme = {command.args[0] for command in DOC_COMMANDS if command.file == "README.md"} & set(cli.commands)
+    assert readme == {*README_COMMANDS, "report", "serve"}, readme
+    assert len(DOC_COMMANDS) > 60
+
+
+@pytest.mark.parametrize("command", DOC_COMMANDS, ids=[f"{c.file}:{c.line}:{' '.join(c.args)}" for c in DOC_COMMANDS])
+def test_every_command_line_of_the_docs_parses(command: DocCommand) -> None:
+    try:
+        parse_command_line(command.args)
+    except click.MissingParameter as missing:
+        # An inline span may name a command without its arguments: `marinbuild query`.
+        if not (command.inline and isinstance(missing.param, click.Argument)):
+            pytest.fail(f"{command}\n  as: marinbuild {shlex.join(command.args)}\n  {missing.format_message()}")
+    except click.UsageError as error:
+        pytest.fail(f"{command}\n  as: marinbuild {shlex.join(command.args)}\n  {error.format_message()}")
+
+
+# -- the README's "Command line" section, run --------------------------------------------------
+
+# The commands of the section this test runs: every one that works offline and fast, with
+# the shared options after the command. Each is tested in depth elsewhere: build and where
+# in test_cli.py, query in test_query_language.py and test_query_store.py, explain in
+# test_explain.py, show, rerun, log and history in test_show_rerun.py and
+# test_attempts_history.py, cache in test_cache_commands.py; report and serve (which the
+# section also shows) in test_report.py.
+README_COMMANDS = ("build", "where", "query", "explain", "show", "rerun", "log", "history")
+HELLO = "//experiments/hello"
+
+
+def test_the_readme_commands_run_with_options_after_the_command(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "experiments/hello", ws / "experiments/hello", ignore=shutil.ignore_patterns("__pycache__"))
+    (ws / "marinbuild.toml").write_text("")
+    store = tmp_path / "store"
+    shared = ["--store", str(store), "--workspace", str(ws)]
+
+    def marinbuild(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "marinbuild", *args, *shared],
+            cwd=tmp_path,  # outside the workspace: --workspace after the command finds it
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+            env=cli_env(),
+        )
+        assert done.returncode == 0, f"marinbuild {shlex.join(args)}: exit {done.returncode}\n{done.stderr}"
+        return done.stdout
+
+    built = marinbuild(f"{HELLO}:all")  # same as: marinbuild build ...
+    assert [line.split(": ")[0] for line in built.splitlines() if line.startswith("//")] == [
+        f"{HELLO}:{name}" for name in ("greeting", "words", "count", "report")
+    ]
+    cached = json.loads(marinbuild("build", f"{HELLO}:all", "--jobs", "2", "--keep-going", "--json"))
+    assert cached["counts"]["cached"] == 4 and all(
+        Path(item["output"]).is_relative_to(store) for item in cached["targets"]
+    )
+    key = next(item["key"] for item in cached["targets"] if item["label"] == f"{HELLO}:report")
+    assert marinbuild("build", f"{HELLO}:all", "--dry-run").split()[0] == "cached"
+
+    assert Path(marinbuild("where", f"{HELLO}:report").strip()).is_relative_to(store)
+    rdeps = marinbuild("query", f"rdeps({HELLO}:all, {HELLO}:words)", "--output", "label").split()
+    assert sorted(rdeps) == [f"{HELLO}:count", f"{HELLO}:report", f"{HELLO}:words"]
+    assert json.loads(marinbuild("explain", f"{HELLO}:report", "--json"))["key"] == key
+    assert json.loads(marinbuild("show", key[:12], "--recursive", "--json"))["key"] == key
+    assert "matches the stored output" in marinbuild("rerun", key[:12], "--check")
+    attempts = marinbuild("log", f"{HELLO}:report", "--list").splitlines()
+    assert len(attempts) == 2 and "aside: rerun --check" in attempts[1]  # the build's, then the check's
+    marinbuild("log", f"{HELLO}:report", "--attempt", "1")
+    history = json.loads(marinbuild("history", f"{HELLO}/...", "--json"))
+    assert len(history) == 1, history
+
+    # The store's upkeep (docs/store.md), its options after the nested command too.
+    assert marinbuild("cache", "verify").strip().endswith(": 0 mismatches")
+    assert " 4 entries" in marinbuild("cache", "stats")
+    assert marinbuild("cache", "gc", "--dry-run", "--grace", "0s").splitlines()[-1].startswith("would remove 0 keys")
+
+
+# -- system tools: a skip on a fresh machine, an error in CI --------------------------------------
+
+
+def test_a_missing_tool_skips_saying_what_it_is_for(monkeypatch) -> None:
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv(REQUIRE_TOOLS, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="^chromium is not installed: to look at the report$"):
+        require_tool("chromium", "to look at the report")
+
+
+def test_a_missing_tool_fails_where_the_tools_are_required(monkeypatch) -> None:
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.setenv(REQUIRE_TOOLS, "1")
+    with pytest.raises(pytest.fail.Exception, match=f"^chromium is not installed: .*{REQUIRE_TOOLS}=1"):
+        require_tool("chromium", "to look at the report")
+
+
+def test_a_tool_on_the_path_is_found(monkeypatch) -> None:
+    monkeypatch.setenv(REQUIRE_TOOLS, "1")
+    assert require_tool("sh", "a shell") == shutil.which("sh")
+
+
+def test_ci_installs_every_tool_a_test_requires_and_makes_its_absence_an_error() -> None:
+    ci = (ROOT / ".ci/run").read_text()
+    required = {
+        match.group(1)
+        for path in (ROOT / "tests").glob("*.py")
+        for match in re.finditer(r'require_tool\(\s*"([^"]+)"', path.read_text())
+    }
+    assert {"chromium", "chromedriver", "dot", "bazel"} <= required, required
+    checked = set(re.findall(r"command -v (\S+)", ci))
+    assert required - {"sh"} <= checked, f".ci/run neither checks nor installs {required - checked}"
+    assert re.search(r"apt-get install -y -q chromium chromium-driver graphviz bazel-bootstrap\n", ci)
+    export = ci.index(f"export {REQUIRE_TOOLS}=1")
+    assert export < ci.index(".venv/bin/python -m pytest"), "set before the test suite runs"
