@@ -59,6 +59,14 @@ class StoreError(MarinbuildError):
     """The store cannot be opened or used."""
 
 
+class StoreUnavailable(StoreError):
+    """The store stopped answering for longer than its retry budget (store/deadlines.py).
+
+    Unlike any other error of a step, it stops the whole build: every other step needs
+    the same store, so the build ends at once with exit status 2 rather than failing its
+    steps one budget at a time."""
+
+
 class ClusterError(MarinbuildError):
     """The Ray cluster to run steps on cannot be reached or used."""
 

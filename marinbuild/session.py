@@ -90,7 +90,8 @@ class Session:
 
     @cached_property
     def store(self) -> stores.Store:
-        return stores.open_store(self.store_url, self.workspace.state_dir, self.stat_cache)
+        spec = stores.StoreSpec(self.store_url, self.workspace.store_timeout_s, self.workspace.store_retry_budget_s)
+        return stores.open_store(spec, self.workspace.state_dir, self.stat_cache)
 
     @cached_property
     def cache(self) -> ActionCache:

@@ -31,6 +31,7 @@ from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, input_files
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
+from marinbuild.errors import StoreUnavailable
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, reporting_transfers
 from marinbuild.store.live_sync import syncing
 from marinbuild.targets.rule import Resources, RetryPolicy, Target
@@ -141,28 +142,34 @@ class Scheduler:
         used = Resources(cpu=0.0, memory_gb=0.0)
         stopping = False
         with ThreadPoolExecutor(max_workers=self.options.jobs, thread_name_prefix="step") as pool:
-            while ready or (queued and not stopping) or running:
-                while ready:
-                    queued.extend(self._plan_ready())
-                while queued and not stopping and len(running) < self.options.jobs:
-                    planned = self._take_fitting(queued, used, bool(running))
-                    if planned is None:
-                        break
-                    used = _add(used, planned.target.resources, +1)
-                    self.reporter.step_started(str(planned.target.label))
-                    running[pool.submit(self._execute, planned)] = planned
-                if not running:
-                    continue
-                try:
-                    done, _ = wait(running, return_when=FIRST_COMPLETED)
-                except KeyboardInterrupt:
-                    self._stop_all()  # before the pool waits for the running steps to end
-                    raise
-                for future in done:
-                    planned = running.pop(future)
-                    used = _add(used, planned.target.resources, -1)
-                    if not self._finish(planned, future.result()) and not self.options.keep_going:
-                        stopping = True
+            try:
+                while ready or (queued and not stopping) or running:
+                    while ready:
+                        queued.extend(self._plan_ready())
+                    while queued and not stopping and len(running) < self.options.jobs:
+                        planned = self._take_fitting(queued, used, bool(running))
+                        if planned is None:
+                            break
+                        used = _add(used, planned.target.resources, +1)
+                        self.reporter.step_started(str(planned.target.label))
+                        running[pool.submit(self._execute, planned)] = planned
+                    if not running:
+                        continue
+                    try:
+                        done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    except KeyboardInterrupt:
+                        self._stop_all()  # before the pool waits for the running steps to end
+                        raise
+                    for future in done:
+                        planned = running.pop(future)
+                        used = _add(used, planned.target.resources, -1)
+                        if not self._finish(planned, future.result()) and not self.options.keep_going:
+                            stopping = True
+            except StoreUnavailable:
+                # Every step needs the store: stop the running ones (their processes are
+                # killed) before the pool waits for them, then stop the build (exit 2).
+                self._stop_all()
+                raise
         for label in self.graph.order:
             if label not in self.result.results:
                 self._record(
@@ -331,6 +338,8 @@ class Scheduler:
                     if not tries.again(outcome.failure):
                         return outcome
                     self.reporter.warning(f"{label}: attempt {tries.number - 1} failed ({outcome.error}); trying again")
+        except StoreUnavailable:
+            raise  # the store is gone for every step: the coordinator stops the build
         except Exception:  # noqa: BLE001 - a bug or an I/O error must fail one step, not hang the build
             return _Outcome(None, time.monotonic() - started, f"internal error:\n{traceback.format_exc()}")
         finally:

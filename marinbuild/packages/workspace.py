@@ -14,7 +14,17 @@ from pathlib import Path
 from marinbuild.errors import WorkspaceError
 
 BUILD_FILE = "BUILD.marin"
-_KNOWN_SETTINGS = {"store", "jobs", "rules", "ignore", "executor", "ray_address", "ray_shared_scratch"}
+_KNOWN_SETTINGS = {
+    "store",
+    "jobs",
+    "rules",
+    "ignore",
+    "executor",
+    "ray_address",
+    "ray_shared_scratch",
+    "store_timeout_s",
+    "store_retry_budget_s",
+}
 EXECUTORS = ("local", "ray")
 # Never packages: VCS data, virtual environments, caches. The store is added at runtime.
 _ALWAYS_IGNORED = {".git", ".hg", "node_modules", "__pycache__", ".venv", "venv", ".marinbuild"}
@@ -31,6 +41,10 @@ class Workspace:
     executor: str = "local"
     ray_address: str | None = None
     ray_shared_scratch: str | None = None
+    # A remote store's deadlines (store/deadlines.py): seconds a request may go unanswered,
+    # and seconds an operation may keep failing before the build stops. None: the default.
+    store_timeout_s: float | None = None
+    store_retry_budget_s: float | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -119,6 +133,8 @@ def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
         )
     return Workspace(
         root=root,
+        store_timeout_s=_seconds(settings, "store_timeout_s", config_file),
+        store_retry_budget_s=_seconds(settings, "store_retry_budget_s", config_file),
         executor=executor,
         ray_address=ray_address,
         ray_shared_scratch=shared_scratch,
@@ -128,6 +144,15 @@ def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
         rule_modules=_string_list(settings, "rules", config_file),
         ignore=_string_list(settings, "ignore", config_file),
     )
+
+
+def _seconds(settings: dict, name: str, config_file: Path) -> float | None:
+    value = settings.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise WorkspaceError(f"{config_file}: '{name}' must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def _string_list(settings: dict, name: str, config_file: Path) -> tuple[str, ...]:

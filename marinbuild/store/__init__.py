@@ -20,6 +20,7 @@ from marinbuild.store.action_cache import (
     new_attempt_id,
 )
 from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec
+from marinbuild.store.deadlines import StorePolicy
 from marinbuild.store.local import LocalStore
 from marinbuild.store.records import Records
 from marinbuild.store.remote import reporting_transfers
@@ -56,15 +57,18 @@ def open_store(spec: StoreSpec | str, machine_dir: Path, stat_cache: StatCache |
     """Open the store at a URL. Opening writes nothing: a dry run leaves no trace.
 
     `machine_dir` is this machine's own space, never shared (for a remote store: staging,
-    scratch, copies of outputs); `stat_cache` remembers digests of a local store's files."""
-    url = parse_store_url(spec.url if isinstance(spec, StoreSpec) else spec)
+    scratch, copies of outputs); `stat_cache` remembers digests of a local store's files.
+    A remote store's requests follow the spec's deadlines (`deadlines.py`)."""
+    spec = spec if isinstance(spec, StoreSpec) else StoreSpec(spec)
+    url = parse_store_url(spec.url)
     directory = url.local_directory
     if directory is not None:
         return LocalStore(directory, stat_cache)
+    policy = StorePolicy.resolve(spec.timeout_s, spec.retry_budget_s)
     if url.scheme == "gs":
         from marinbuild.store.gcs import GCSStore  # gcsfs costs 300 ms to import: only for gs://
 
-        return GCSStore(url.text, machine_dir)
+        return GCSStore(url.text, machine_dir, policy)
     from fsspec.registry import known_implementations
 
     if url.scheme not in known_implementations:
@@ -74,7 +78,7 @@ def open_store(spec: StoreSpec | str, machine_dir: Path, stat_cache: StatCache |
         )
     from marinbuild.store.remote import RemoteStore
 
-    return RemoteStore(url.text, machine_dir)
+    return RemoteStore(url.text, machine_dir, policy)
 
 
 def require_leases(store: Store, unsafe_no_locking: bool) -> None:

@@ -54,9 +54,15 @@ class ObjectStat:
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """What another process needs to open the same store (a Ray host): `open_store(spec)`."""
+    """What another process needs to open the same store (a Ray host): `open_store(spec)`.
+
+    The deadlines of a remote store travel with it (`deadlines.StorePolicy`): seconds a
+    request may go unanswered, and seconds an operation may keep failing before the build
+    stops. None: the default, or its environment variable where that is set."""
 
     url: str
+    timeout_s: float | None = None
+    retry_budget_s: float | None = None
 
 
 class Store(abc.ABC):

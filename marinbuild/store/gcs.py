@@ -11,6 +11,13 @@ generation preconditions, sent through the JSON API with gcsfs's authenticated s
 - each object's CRC32C, kept by GCS and returned by listings, checks uploads and lets a
   lookup verify an entry's outputs without downloading them.
 
+Every request has a deadline (`deadlines.py`): gcsfs's aiohttp session gets the store's
+`timeout_s` for connecting and between two reads of an answer (by default it has none, and
+a server that accepts a connection and never answers hangs a build for ever), and every
+operation gives up once the store has not answered for the retry budget. A write retried
+after a timeout may be refused (412) although the first try went through: `create_only`
+recognises its own bytes, and the lease (`lease_object.py`) its own token.
+
 `STORAGE_EMULATOR_HOST` points gcsfs at an emulator (anonymous), and tensorstore too
 (`TENSORSTORE_GCS_HTTP_URL`, for steps that read the store directly); otherwise the
 default Google credentials are used.
@@ -21,6 +28,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -31,11 +39,18 @@ from urllib.parse import quote
 from marinbuild.errors import StoreError
 from marinbuild.network import unreachable
 from marinbuild.store.base import Lease, WaitingFn
+from marinbuild.store.deadlines import StorePolicy
 from marinbuild.store.lease_object import LeaseSettings, current_holder, held_lease
 from marinbuild.store.remote import RemoteStore, backend_errors
 
 _PUBLIC_ENDPOINT = "https://storage.googleapis.com"
 _BOUNDARY = "marinbuild-part"
+
+# gcsfs logs each request it gives up on, with a traceback, and Python prints that on
+# stderr when nobody configured logging. The deadlines retry it, and what finally fails
+# is reported once, by the CLI, naming the store and its last error. (Configured
+# logging still receives gcsfs's records.)
+logging.getLogger("gcsfs").addHandler(logging.NullHandler())
 
 
 def _backend_error_types() -> tuple[type[BaseException], ...]:
@@ -58,8 +73,8 @@ def _backend_error_types() -> tuple[type[BaseException], ...]:
 class GCSStore(RemoteStore):
     exclusive_leases = True
 
-    def __init__(self, url: str, local_dir: Path):
-        super().__init__(url, local_dir)
+    def __init__(self, url: str, local_dir: Path, policy: StorePolicy | None = None):
+        super().__init__(url, local_dir, policy)
         self.backend_error_types = _backend_error_types()
         self.bucket, _, self.prefix = self.url.removeprefix("gs://").partition("/")
         if not self.bucket:
@@ -73,11 +88,15 @@ class GCSStore(RemoteStore):
 
     @functools.cached_property
     def fs(self) -> Any:
+        import aiohttp
         import gcsfs
 
         endpoint = os.environ.get("STORAGE_EMULATOR_HOST")
         self._check_reachable(endpoint or _PUBLIC_ENDPOINT)
-        return gcsfs.GCSFileSystem(token="anon" if endpoint else None)
+        # No total: a transfer that keeps moving bytes may take as long as it takes.
+        deadline = self.policy.timeout_s
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=deadline, sock_read=deadline)
+        return gcsfs.GCSFileSystem(token="anon" if endpoint else None, requests_timeout=timeout)
 
     def _check_reachable(self, endpoint: str) -> None:
         problem = unreachable(endpoint, "http", 80)
@@ -116,7 +135,7 @@ class GCSStore(RemoteStore):
     @backend_errors
     def _metadata(self, path: str) -> dict[str, Any] | None:
         try:
-            return self.fs.call("GET", "b/{}/o/{}", self.bucket, self._key(path), json_out=True)
+            return self._io("call", "GET", "b/{}/o/{}", self.bucket, self._key(path), json_out=True)
         except FileNotFoundError:
             return None
 
@@ -129,8 +148,8 @@ class GCSStore(RemoteStore):
                 return None
             generation = int(metadata["generation"])
             try:
-                _headers, data = self.fs.call(
-                    "GET", "b/{}/o/{}", self.bucket, self._key(path), alt="media", generation=generation
+                _headers, data = self._io(
+                    "call", "GET", "b/{}/o/{}", self.bucket, self._key(path), alt="media", generation=generation
                 )
             except FileNotFoundError:
                 continue  # replaced between the two requests: read the new one
@@ -151,7 +170,8 @@ class GCSStore(RemoteStore):
             + data
             + f"\r\n--{_BOUNDARY}--".encode()
         )
-        written = self.fs.call(
+        written = self._io(
+            "call",
             "POST",
             f"{self.fs._location}/upload/storage/v1/b/{quote(self.bucket)}/o",
             uploadType="multipart",
@@ -167,7 +187,7 @@ class GCSStore(RemoteStore):
     def delete_if_generation(self, path: str, generation: int) -> None:
         """Delete `path` unless someone replaced it since `generation`."""
         try:
-            self.fs.call("DELETE", "b/{}/o/{}", self.bucket, self._key(path), ifGenerationMatch=str(generation))
+            self._io("call", "DELETE", "b/{}/o/{}", self.bucket, self._key(path), ifGenerationMatch=str(generation))
         except (FileNotFoundError, FileExistsError):
             pass  # gone, or taken over: either way no longer ours
 
@@ -175,7 +195,10 @@ class GCSStore(RemoteStore):
         try:
             self.write_if_generation(path, data, 0)
         except FileExistsError:
-            return False
+            # A create retried after a timeout (by gcsfs or by the deadlines) is refused if
+            # the first try went through: an object holding exactly these bytes is ours (an
+            # entry's bytes name its attempt; identical metadata is the same either way).
+            return self.read_bytes(path) == data
         except FileNotFoundError:
             raise StoreError(
                 f"store {self.url}: bucket {self.bucket} does not exist",

@@ -15,6 +15,13 @@ random token and the wall-clock time it expires. Every write is matched to a gen
 - release: delete matched to the last generation, so a holder never deletes its
   successor's lease.
 
+A renewal must not outlive the lease it renews: it gives up when the lease expires
+(`deadlines.before`), and a holder that could not renew by then marks the lease lost,
+which stops its step, which is then not published. A renewal retried after a timeout may
+be refused (412) although its first try went through: the holder reads the lease back and,
+if it still holds its own token (nobody took it over), renews on top of it. Releasing is
+tried only briefly: a lease that cannot be deleted simply expires.
+
 Expiry compares wall clocks across machines; the TTL (`MARINBUILD_LEASE_TTL_S`,
 default 60 s) must dwarf their skew.
 """
@@ -34,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from marinbuild.errors import StoreError
+from marinbuild.store import deadlines
 from marinbuild.store.base import Lease, WaitingFn
 
 _MIN_HEARTBEAT_S = 1.0  # GCS: about one write per second per object
@@ -147,15 +155,30 @@ class _Heartbeat(threading.Thread):
         while not self.stopping.wait(self.settings.heartbeat_s):
             renewed = _me(self.token, self.settings.ttl_s)
             try:
-                self.generation = self.objects.write_if_generation(self.lease.name, renewed.to_bytes(), self.generation)
+                with deadlines.before(self.expires - time.time()):
+                    self.generation = self._renew(renewed)
                 self.expires = renewed.expires
             except FileExistsError:
                 self.lease.mark_lost()  # taken over
                 return
             except StoreError:
-                if time.time() > self.expires:
-                    self.lease.mark_lost()  # unreachable past expiry: someone may have taken it
+                if time.time() >= self.expires:
+                    self.lease.mark_lost()  # unreachable until expiry: someone may have taken it
                     return
+
+    def _renew(self, renewed: Holder) -> int:
+        """Write the renewal; its generation. FileExistsError if another builder holds the
+        lease now. A renewal of ours that went through unanswered (this one, retried, or an
+        earlier one given up on) makes the lease's generation newer than the one we know:
+        the lease still holds our token, and is renewed on top of that generation."""
+        try:
+            return self.objects.write_if_generation(self.lease.name, renewed.to_bytes(), self.generation)
+        except FileExistsError:
+            current = self.objects.read_versioned(self.lease.name)
+            holder = None if current is None else Holder.parse(current[0])
+            if current is None or holder is None or holder.token != self.token:
+                raise
+            return self.objects.write_if_generation(self.lease.name, renewed.to_bytes(), current[1])
 
 
 @contextmanager
@@ -174,6 +197,7 @@ def held_lease(
         heartbeat.join()
         if not lease.lost:
             try:
-                objects.delete_if_generation(name, heartbeat.generation)
+                with deadlines.briefly():
+                    objects.delete_if_generation(name, heartbeat.generation)
             except StoreError:
                 pass  # unreachable now: the lease simply expires

@@ -10,6 +10,10 @@ background thread copies both to the store every `MARINBUILD_SYNC_S` seconds:
   scratch is already inside it), so that whoever takes the key over after a crash, on
   any machine, resumes from the last checkpoint rather than from step 0.
 
+A store that does not answer must not fail the step, nor hold it up: each round's
+uploads get one request deadline (`deadlines.briefly`), and what failed goes again the
+next round.
+
 Objects are written whole, so a reader never sees half an upload, and each object is
 written at most once per interval, under GCS's limit of about one write per second per
 object. Scratch files are uploaded oldest first: a checkpoint format that writes its
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from marinbuild.errors import StoreError
-from marinbuild.store import layout
+from marinbuild.store import deadlines, layout
 from marinbuild.store.base import Store
 
 if TYPE_CHECKING:
@@ -120,7 +124,8 @@ def syncing(store: Store, key: str, attempt_id: str, log: Path | None, scratch: 
     def run_all() -> None:
         for sync in syncs:
             try:
-                sync()
+                with deadlines.briefly():
+                    sync()
             except (StoreError, OSError):
                 pass  # an unreachable store must not fail the step; the next round retries
 

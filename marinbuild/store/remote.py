@@ -12,10 +12,15 @@ What holds here depends on the backend, and is stated rather than assumed:
   run on two machines at once.
 
 The GCS store (`gcs.py`) closes these gaps with generation preconditions.
+
+Every method that talks to the backend is one operation under the store's deadlines
+(`deadlines.py`): tried again after transient failures, and given up with
+StoreUnavailable once the store has not answered for the retry budget.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hashlib
@@ -29,7 +34,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from marinbuild.errors import StoreError
-from marinbuild.store.base import Lease, ObjectStat, Store, WaitingFn
+from marinbuild.store import deadlines
+from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec, WaitingFn
 from marinbuild.store.live_sync import ScratchMirror
 from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.manifest import Manifest
@@ -52,12 +58,12 @@ def reporting_transfers(progress: TransferProgressFn) -> Iterator[None]:
 
 
 def _transfer_callback(verb: str, total_bytes: int) -> Any:
-    """An fsspec callback for a batch transfer, reporting to this thread's progress function."""
-    from fsspec.callbacks import Callback, NoOpCallback
+    """An fsspec callback for a batch transfer: bytes moving keep the operation's deadline
+    away (`deadlines`), and are reported to this thread's progress function if it has one."""
+    from fsspec.callbacks import Callback
 
     report = _transfer_progress.get()
-    if report is None:
-        return NoOpCallback()
+    clock = deadlines.current()  # called back from fsspec's event loop thread: captured here
 
     class _File(Callback):
         def __init__(self, batch: _Batch):
@@ -84,6 +90,10 @@ def _transfer_callback(verb: str, total_bytes: int) -> Any:
             self.show()
 
         def show(self) -> None:
+            if clock is not None:
+                clock.progressed()
+            if report is None:
+                return
             with self.lock:
                 done = sum(child.value for child in self.files)
             rate = done / max(time.monotonic() - self.started, 1e-3) / 2**20
@@ -93,13 +103,20 @@ def _transfer_callback(verb: str, total_bytes: int) -> Any:
 
 
 def backend_errors(method: _Method) -> _Method:
-    """Report the backend's I/O failures (unreachable, permission denied) as StoreError
-    naming the store's URL; absence and create-only conflicts stay Python's own errors."""
+    """Make a method one operation under the store's deadlines (`deadlines.call`: transient
+    failures tried again within the retry budget, then StoreUnavailable), and report the
+    backend's other I/O failures (permission denied, a bad request) as StoreError naming
+    the store's URL; absence and create-only conflicts stay Python's own errors.
+
+    A method called by another one runs as part of the caller's operation: only the
+    outermost retries and translates errors."""
 
     @functools.wraps(method)
     def wrapper(self: RemoteStore, *args: Any, **kwargs: Any) -> Any:
-        try:
+        if deadlines.current() is not None:
             return method(self, *args, **kwargs)
+        try:
+            return deadlines.call(self.policy, self.url, functools.partial(method, self, *args, **kwargs))
         except (FileNotFoundError, FileExistsError, StoreError):
             raise
         except self.backend_error_types as error:
@@ -119,8 +136,9 @@ class RemoteStore(Store):
     lookup_concurrency = 32
     backend_error_types: tuple[type[BaseException], ...] = (OSError,)
 
-    def __init__(self, url: str, machine_dir: Path):
+    def __init__(self, url: str, machine_dir: Path, policy: deadlines.StorePolicy | None = None):
         self.url = url.rstrip("/")
+        self.policy = policy or deadlines.StorePolicy.resolve()
         self.local_dir = machine_dir / "stores" / hashlib.sha256(self.url.encode()).hexdigest()[:16]
         self.local_cache = LocalCache(machine_dir / "local-cache")
 
@@ -134,6 +152,20 @@ class RemoteStore(Store):
     def root(self) -> str:
         """The store's root as the filesystem names it (no protocol)."""
         return self.fs._strip_protocol(self.url).rstrip("/")
+
+    @property
+    def spec(self) -> StoreSpec:
+        return StoreSpec(self.url, self.policy.timeout_s, self.policy.retry_budget_s)
+
+    def _io(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """`fs.<name>(...)`, as one try of the current operation: on an async backend
+        (gcsfs, s3fs, adlfs) it runs on fsspec's event loop and is cancelled when the
+        operation's time is up; a blocking backend is only as bounded as it bounds itself."""
+        fs = self.fs
+        if not getattr(fs, "async_impl", False):
+            return getattr(fs, name)(*args, **kwargs)
+        coroutine = getattr(fs, f"_{name}")(*args, **kwargs)
+        return deadlines.wait(asyncio.run_coroutine_threadsafe(coroutine, fs.loop))
 
     def store_error(self, error: BaseException) -> StoreError:
         return StoreError(
@@ -158,29 +190,29 @@ class RemoteStore(Store):
     @backend_errors
     def read_bytes(self, path: str) -> bytes | None:
         try:
-            return self.fs.cat_file(self._full(path))
+            return self._io("cat_file", self._full(path))
         except FileNotFoundError:
             return None
 
     @backend_errors
     def write_bytes(self, path: str, data: bytes) -> None:
-        self.fs.pipe_file(self._full(path), data)
+        self._io("pipe_file", self._full(path), data)
 
     @backend_errors
     def create_only(self, path: str, data: bytes) -> bool:
-        if self.fs.exists(self._full(path)):
+        if self._io("exists", self._full(path)):
             return False
-        self.fs.pipe_file(self._full(path), data)
+        self._io("pipe_file", self._full(path), data)
         return True
 
     @backend_errors
     def exists(self, path: str) -> bool:
-        return self.fs.exists(self._full(path))
+        return self._io("exists", self._full(path))
 
     @backend_errors
     def signature(self, path: str) -> Hashable | None:
         try:
-            info = self.fs.info(self._full(path))
+            info = self._io("info", self._full(path))
         except FileNotFoundError:
             return None
         return (info.get("size"), info.get("generation") or info.get("ETag") or info.get("mtime"), self.checksum(info))
@@ -192,7 +224,7 @@ class RemoteStore(Store):
     def _find(self, prefix: str) -> dict[str, dict[str, Any]]:
         self.fs.invalidate_cache()  # listings are cached by fsspec; other builders change the store
         try:
-            return self.fs.find(self._full(prefix), detail=True)
+            return self._io("find", self._full(prefix), detail=True)
         except FileNotFoundError:
             return {}
 
@@ -206,7 +238,7 @@ class RemoteStore(Store):
     @backend_errors
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self.fs.rm(self._full(path), recursive=True)
+            self._io("rm", self._full(path), recursive=True)
 
     def staging_dir(self, path: str) -> Path:
         directory = self.local_dir / path
@@ -221,7 +253,8 @@ class RemoteStore(Store):
         files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
         if files:
             callback = _transfer_callback("uploaded", sum((local / name).stat().st_size for name in files))
-            self.fs.put(
+            self._io(
+                "put",
                 [str(local / name) for name in files],
                 [self._full(f"{path}/{name}") for name in files],
                 callback=callback,
@@ -245,7 +278,7 @@ class RemoteStore(Store):
 
     @backend_errors
     def put_file(self, local: Path, path: str) -> None:
-        self.fs.put_file(str(local), self._full(path))
+        self._io("put_file", str(local), self._full(path))
         mirror = self.local_path(path)
         mirror.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(local, mirror)
@@ -255,7 +288,10 @@ class RemoteStore(Store):
         """Upload local files to objects (concurrently where the backend can), leaving the
         local files in place: for copies of something still in use (a running step's scratch)."""
         if files:
-            self.fs.put([str(local) for local in files], [self._full(path) for path in files.values()])
+            callback = _transfer_callback("uploaded", sum(local.stat().st_size for local in files))
+            self._io(
+                "put", [str(local) for local in files], [self._full(path) for path in files.values()], callback=callback
+            )
 
     @backend_errors
     def get_files(self, files: Mapping[str, Path], total_bytes: int = 0) -> None:
@@ -263,8 +299,8 @@ class RemoteStore(Store):
         only serves the progress report)."""
         if files:
             callback = _transfer_callback("downloaded", total_bytes)
-            self.fs.get(
-                [self._full(path) for path in files], [str(local) for local in files.values()], callback=callback
+            self._io(
+                "get", [self._full(path) for path in files], [str(local) for local in files.values()], callback=callback
             )
 
     def outputs_dir(self, path: str, manifest: Manifest) -> Path:
