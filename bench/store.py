@@ -142,7 +142,7 @@ def throughput(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, A
         "download_gcsfs": [],
     }
     for attempt in range(args.repeat):
-        figures["upload_marinbuild"].append(timed(lambda: store.put_dir(staged, f"out/{attempt}")))
+        figures["upload_marinbuild"].append(timed(lambda: store.put_dir(staged, f"out/{attempt}", manifest)))
         figures["upload_gcsfs"].append(
             timed(lambda: fs.put_file(str(staged / "model.bin"), f"{bucket}/direct/{attempt}/model.bin"))
         )

@@ -67,6 +67,11 @@ class StoreUnavailable(StoreError):
     steps one budget at a time."""
 
 
+class StoreReadOnly(StoreError):
+    """The store refuses writes (a read-only directory, a bucket this account may only
+    read). A build whose every step is cached still works; one that must publish cannot."""
+
+
 class ClusterError(MarinbuildError):
     """The Ray cluster to run steps on cannot be reached or used."""
 

@@ -36,6 +36,12 @@ def digest_bytes(data: bytes) -> str:
     return blake3.blake3(data).hexdigest()
 
 
+def digest_json(value: Any) -> str:
+    """The digest of a JSON value's canonical form: how keys, tree digests and other
+    identities are made, so that whoever holds the value can check the digest."""
+    return digest_bytes(canonical_json(value).encode())
+
+
 def digest_file(path: str | Path) -> str:
     size = os.stat(path).st_size
     if size >= _PARALLEL_THRESHOLD:

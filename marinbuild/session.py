@@ -22,9 +22,10 @@ from marinbuild import store as stores
 from marinbuild.actions.events import EventStream, Tee
 from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
+from marinbuild.actions.hermetic import StepSettings
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
 from marinbuild.actions.scheduler import BuildOptions, Hooks, Scheduler
-from marinbuild.errors import GraphError, StoreError
+from marinbuild.errors import GraphError, StoreError, StoreReadOnly
 from marinbuild.hashing import StatCache
 from marinbuild.labels import matches_patterns, parse_label, parse_pattern
 from marinbuild.memo import Memo
@@ -39,6 +40,10 @@ from marinbuild.query import QueryResult, Universe, run_query
 from marinbuild.store import ActionCache, AttemptStatus, Outputs
 from marinbuild.store.action_cache import ENTRY_FORMAT
 from marinbuild.targets.rule import Target
+
+
+def _not_recorded(*args: object) -> None:
+    """Where the invocation record goes on a read-only store: nowhere."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,13 @@ class Session:
         scheduler = self._scheduler(graph, options, Tee(reporter, stream), executor)
         started = time.time()
         record = functools.partial(self._record_invocation, command, patterns, scheduler, started)
-        record("running")
+        try:
+            record("running")
+        except StoreReadOnly as refused:
+            # Readers of a team's bucket may not write to it: what is cached is still theirs.
+            reporter.warning(f"{refused.message}; this build is not recorded in the store's history")
+            scheduler.read_only = refused
+            record = _not_recorded
         try:
             result = scheduler.run()
         except KeyboardInterrupt:
@@ -170,6 +181,7 @@ class Session:
             options.ray_address,
             options.ray_placement_timeout_s,
             options.ray_shared_scratch,
+            options.steps,
         )
 
     def _record_invocation(
@@ -200,6 +212,14 @@ class Session:
             **scheduler.provenance.invocation,
         }
         self.cache.records.write_invocation(record, None if stream is None else stream.jsonl)
+
+    def step_settings(self, sandbox: bool | None = None) -> StepSettings:
+        """How this workspace's steps run (environment, sandbox, default timeout); `sandbox`
+        overrides the setting."""
+        workspace = self.workspace
+        return StepSettings(
+            workspace.action_env, workspace.sandbox if sandbox is None else sandbox, workspace.timeout_s
+        )
 
     def _scheduler(
         self, graph: Graph, options: BuildOptions, reporter: Reporter, executor: Executor | None = None

@@ -23,7 +23,7 @@ from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Execution, Rule
 from rules.corpus_shards import CORPUS_ATTRS, check_corpus_attrs, write_corpus
-from rules.hub import ALLOW_UNPINNED, check_pinned, resolved_commit, snapshot
+from rules.hub import ALLOW_UNPINNED, HUB_ENV, check_pinned, resolved_commit, snapshot
 
 TEXT_FORMATS = ("jsonl", "text", "parquet")
 
@@ -166,6 +166,7 @@ hf_dataset = Rule(
     name="hf_dataset",
     impl=_hf_dataset,
     execution=Execution.SUBPROCESS,
+    env=HUB_ENV,
     packages=("datasets", "huggingface_hub"),
     validate=_check_hf_dataset,
     doc=(

@@ -19,6 +19,20 @@ from marinbuild.targets.context import StepFailed
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
+# What huggingface_hub and datasets read from the environment: where snapshots live,
+# offline mode, the endpoint and a token (recorded in attempts without its value). Rules
+# that read the Hub pass them to their steps, whose environment is otherwise clean.
+HUB_ENV = (
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_DATASETS_CACHE",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_ENDPOINT",
+    "HF_TOKEN",
+)
+
 ALLOW_UNPINNED = Attr(
     types.BOOL,
     default=False,

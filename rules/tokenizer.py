@@ -20,7 +20,7 @@ from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Execution, Resources, Rule
 from rules.corpus_shards import corpus_root, read_split
-from rules.hub import ALLOW_UNPINNED, check_pinned, resolved_commit, snapshot
+from rules.hub import ALLOW_UNPINNED, HUB_ENV, check_pinned, resolved_commit, snapshot
 
 SPECIAL_ROLES = ("bos", "eos", "pad")
 DEFAULT_SPECIAL_TOKENS = {"bos": "<|bos|>", "eos": "<|eos|>", "pad": "<|pad|>"}
@@ -167,6 +167,7 @@ hf_tokenizer = Rule(
     name="hf_tokenizer",
     impl=_hf_tokenizer,
     execution=Execution.SUBPROCESS,
+    env=HUB_ENV,
     packages=("transformers", "tokenizers", "huggingface_hub"),
     validate=_check_hf_tokenizer,
     doc=(

@@ -38,7 +38,11 @@ def test_the_tree_keeps_every_layer_contract():
     ("module", "forbidden_import", "contract"),
     [
         # Execution reading history back: the cycle issue #14 removed.
-        ("marinbuild/actions/scheduler.py", "from marinbuild.provenance import explain", "A build goes down the layers"),
+        (
+            "marinbuild/actions/scheduler.py",
+            "from marinbuild.provenance import explain",
+            "A build goes down the layers",
+        ),
         ("marinbuild/store/action_cache.py", "from marinbuild.targets import rule", "The store stands alone"),
         ("marinbuild/hashing.py", "from marinbuild.store import layout", "Shared modules"),
         ("rules/lm.py", "from marinbuild.session import Session", "Rules implement steps"),

@@ -88,10 +88,7 @@ def test_unknown_setting_is_an_error(tmp_path, config_name):
         open_workspace(ws)
     config = ws.resolve() / config_name
     assert caught.value.message == f"{config}: unknown settings ['bogus', 'stroe']"
-    assert (
-        caught.value.hint
-        == "known settings: ['executor', 'ignore', 'jobs', 'ray_address', 'ray_shared_scratch', 'rules', 'store']"
-    )
+    assert caught.value.hint.startswith("did you mean 'store'? known settings: ['action_env', 'executor',")
 
 
 def test_invalid_toml_is_an_error(tmp_path):
@@ -203,6 +200,7 @@ def test_builtin_rules_are_globals_and_targets_are_recorded_in_order(tmp_path):
         "tags": [],
         "description": "",
         "resources": {},
+        "timeout": None,
         "srcs": ["//p:files"],
         "outs": ["out.txt"],
         "cmd": "cat $(SRCS) > $@",

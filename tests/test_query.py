@@ -360,6 +360,7 @@ def test_json_output(ws):
                 "tags": [],
                 "description": "",
                 "resources": {},
+                "timeout": None,
                 "srcs": ["//data:raw.txt"],
                 "outs": ["raw.out"],
                 "cmd": "cat $< > $@",

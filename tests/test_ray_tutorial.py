@@ -56,8 +56,10 @@ def test_the_tutorial_pipeline_on_ray_and_gcs_matches_a_local_build(
     store = f"gs://{gcs_bucket}/mb"
     ray_ws = _workspace(tmp_path / "ray", _build_file() + TWO_HOSTS)
     on_ray = _build_on_ray(ray_ws, store, ray_cluster)
+    # The local build runs in the sandbox: the pipeline writes nothing outside its steps'
+    # own directories, and the sandbox changes no byte.
     local_ws = _workspace(tmp_path / "local", _build_file())
-    local = _build(local_ws, f"{PKG}:all")
+    local = _build(local_ws, f"{PKG}:all", "--sandbox")
 
     assert set(statuses(on_ray).values()) == {"built"}
     ray_keys = {item["label"]: item["key"] for item in on_ray["targets"]}
@@ -81,7 +83,7 @@ def test_the_tutorial_pipeline_on_ray_and_gcs_matches_a_local_build(
     ]
     assert record["status"] == "succeeded" and record["measured"]["tokens_per_s"] > 0
     # Once published, no copy of its checkpoints is left: not on the host, not in the bucket.
-    assert not open_store(store, LOCAL_DIR / "stores").local_path(layout.scratch(model)).exists()
+    assert not open_store(store, LOCAL_DIR).local_path(layout.scratch(model)).exists()
     assert not fs.exists(f"{gcs_bucket}/mb/scratch/{model[:2]}/{model}")
 
     again = _build_on_ray(ray_ws, store, ray_cluster)
@@ -99,7 +101,7 @@ def test_the_tutorial_pipeline_on_ray_and_gcs_matches_a_local_build(
     ]
     log = fs.cat(f"{gcs_bucket}/mb/attempts/{key[:2]}/{key}/{record['attempt']}.log").decode()
     assert "[host 0] " in log and "[host 1] " in log
-    scratch = shared / open_store(store, LOCAL_DIR / "stores").local_path("").name / layout.scratch(key)
+    scratch = shared / open_store(store, LOCAL_DIR).local_path("").name / layout.scratch(key)
     assert f"checkpoints in {scratch}" in log
     assert not scratch.exists()  # published: the shared checkpoints are gone too
     entry = _entry(lambda path: fs.cat(f"{gcs_bucket}/mb/{path}"), key)

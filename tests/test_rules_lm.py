@@ -201,7 +201,10 @@ def _wait_for_checkpoint(
     while time.monotonic() < deadline:
         assert build.poll() is None, "the build ended before it wrote the checkpoint"
         for metadata in scratch.glob("*/*/checkpoints/step-*/metadata.json"):
-            step = json.loads(metadata.read_text())["step"]
+            try:
+                step = json.loads(metadata.read_text())["step"]
+            except ValueError:
+                continue  # caught while Levanter writes it: look again
             if step >= at_least:
                 return step
         time.sleep(0.05)

@@ -134,19 +134,36 @@ def freezable_gcs(monkeypatch) -> Iterator[FreezableGCS]:
     server.stop()
 
 
-class SwallowingProxy:
+class FaultyProxy:
     """Forwards every request to `target`, but holds back the answer to those `swallow`
-    picks (the client times out although the server did what was asked): a write that
-    went through unanswered, to be retried."""
+    picks (the client times out although the server did what was asked: a write that
+    went through unanswered, to be retried), and answers those `refuse` picks with its
+    status without forwarding them (403: an account that may only read)."""
 
-    def __init__(self, target: str, swallow: Callable[[str, str], bool]):
+    def __init__(
+        self,
+        target: str,
+        swallow: Callable[[str, str], bool] = lambda method, path: False,
+        refuse: Callable[[str, str], int | None] = lambda method, path: None,
+    ):
         host, port = urlsplit(target).hostname, urlsplit(target).port
         self.swallowed: list[str] = []
+        self.refused: list[str] = []
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status = refuse(self.command, self.path)
+                if status is not None:
+                    proxy.refused.append(f"{self.command} {self.path}")
+                    error = json.dumps({"error": {"code": status, "message": "refused by the test's proxy"}}).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(error)))
+                    self.end_headers()
+                    self.wfile.write(error)
+                    return
                 upstream = http.client.HTTPConnection(host, port, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
                 upstream.request(self.command, self.path, body, headers)
@@ -362,7 +379,7 @@ def test_a_create_that_went_through_unanswered_counts_as_created(fake_gcs_server
     """An entry created on the first try, whose answer is lost, is refused (412) on the
     retry: it is ours (the same bytes), so the create succeeded."""
     bucket = fake_gcs_server.new_bucket()
-    proxy = SwallowingProxy(fake_gcs_server.url, once(lambda method, path: method == "POST" and "/upload/" in path))
+    proxy = FaultyProxy(fake_gcs_server.url, once(lambda method, path: method == "POST" and "/upload/" in path))
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
     try:
         store = gcs(f"gs://{bucket}/mb", tmp_path, timeout_s=0.5, budget_s=15)
@@ -387,7 +404,7 @@ def test_a_renewal_that_went_through_unanswered_keeps_the_lease(fake_gcs_server,
             return renewals["seen"] == 2
         return False
 
-    proxy = SwallowingProxy(fake_gcs_server.url, second_upload)
+    proxy = FaultyProxy(fake_gcs_server.url, second_upload)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
     try:
         store = gcs(f"gs://{bucket}/mb", tmp_path, timeout_s=0.5, budget_s=15)

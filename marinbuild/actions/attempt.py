@@ -12,6 +12,7 @@ and publishes; a Ray host only runs and uploads; `rerun --check` never publishes
 
 from __future__ import annotations
 
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -19,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marinbuild.actions.hermetic import sandbox_command
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.store import AttemptStatus, Staging, Uploaded
 from marinbuild.store.manifest import Manifest, OutputError, hash_tree
 from marinbuild.targets.attrs import JsonValue
-from marinbuild.targets.context import Context, InputFiles, ProgressFn, StepFailed
+from marinbuild.targets.context import ChildProcesses, Context, InputFiles, ProgressFn, StepFailed
 
 
 class WorkerLost(Exception):
@@ -39,6 +41,7 @@ Body = Callable[[Context], "Uploaded | None"]
 _STOP_MESSAGES = {
     AttemptStatus.CANCELLED: "the build was interrupted while the step ran",
     AttemptStatus.LEASE_LOST: "lost the lease on this key to another builder; stopped the step and did not publish it",
+    AttemptStatus.TIMED_OUT: "the step ran past its timeout of {timeout_s:g} s; its processes were killed",
 }
 # A step killed by a signal may have died of the very Ctrl-C that stops the build, which
 # the builder may not have acted on yet: how long to wait for it to say so.
@@ -79,7 +82,11 @@ class RunOutcome:
 
 
 class StepRun:
-    """A step's context over a staging directory, and the one way of running it."""
+    """A step's context over a staging directory, and the one way of running it.
+
+    `env` is the environment of its processes (`hermetic.step_environment`); `sandbox`
+    runs them under bubblewrap, with only the staging directory and the scratch
+    writable; `timeout_s` stops the run as `timed_out` once it has run that long."""
 
     def __init__(
         self,
@@ -92,8 +99,16 @@ class StepRun:
         scratch: Path | None = None,
         distributed: dict[str, Any] | None = None,
         progress: ProgressFn | None = None,
+        env: dict[str, str] | None = None,
+        sandbox: bool = False,
+        timeout_s: float | None = None,
     ):
         self.staging = staging
+        self.timeout_s = timeout_s
+        writable = [staging.root, *([scratch] if scratch is not None else [])]
+        # What the step reads: the workspace (its sources, rule code), its inputs, Python.
+        readable = [workspace, *(files.root for files in inputs.values() if files.root is not None)]
+        readable += [Path(sys.prefix), Path(sys.base_prefix)]
         self.context = Context(
             label=label,
             key=key,
@@ -106,6 +121,7 @@ class StepRun:
             scratch=scratch,
             distributed=distributed,
             progress_fn=progress,
+            processes=ChildProcesses(env, sandbox_command(readable, writable) if sandbox else None),
         )
         self._lock = threading.Lock()
         self._stopped_as: AttemptStatus | None = None
@@ -125,6 +141,11 @@ class StepRun:
         symlink among them fails the step); `upload` then takes them (a Ray host's)."""
         context = self.context
         context.log = step_logger(context.label, self.staging.log)
+        timer = None
+        if self.timeout_s is not None:
+            timer = threading.Timer(self.timeout_s, self.stop, (AttemptStatus.TIMED_OUT,))
+            timer.daemon = True
+            timer.start()
         manifest = uploaded = None
         error = retry_as = None
         exit_status: int | None = None
@@ -143,14 +164,17 @@ class StepRun:
             context.log.error("%s", traceback.format_exc())
             error, retry_as = f"{type(failed).__name__}: {failed}", "failed"
         finally:
+            if timer is not None:
+                timer.cancel()
             close_logger(context.log)
         measured = dict(context.measured)
         stopped_as = self._stop_reason(error is not None and exit_status is not None and exit_status < 0)
         # A lost lease voids even a success (another builder owns the key now); an
-        # interrupted build publishes what finished before it was stopped.
+        # interrupted or timed-out run publishes what finished before it was stopped.
         if stopped_as is AttemptStatus.LEASE_LOST or (stopped_as is not None and error is not None):
+            message = _STOP_MESSAGES[stopped_as].format(timeout_s=self.timeout_s or 0)
             because = f": {error}" if error is not None else ""
-            return RunOutcome(stopped_as, _STOP_MESSAGES[stopped_as] + because, exit_status, measured=measured)
+            return RunOutcome(stopped_as, message + because, exit_status, measured=measured)
         if error is not None:
             return RunOutcome(AttemptStatus.FAILED, error, exit_status, retry_as, measured=measured)
         return RunOutcome(AttemptStatus.SUCCEEDED, manifest=manifest, uploaded=uploaded, measured=measured)

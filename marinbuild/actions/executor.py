@@ -75,6 +75,7 @@ def run_in_subprocess(impl_path: str, context: Context) -> None:
     A worker killed by SIGKILL that the builder did not send (the kernel's OOM killer, a
     killed Ray worker taking its child along) is reported as WorkerLost."""
     request = json.dumps({"impl": impl_path, "context": context.to_json()})
+    python_path = (os.environ if context.processes.env is None else context.processes.env).get("PYTHONPATH")
     error: str | None = None
     exit_status: int | None = None
     with (
@@ -86,10 +87,7 @@ def run_in_subprocess(impl_path: str, context: Context) -> None:
             stderr=log,
             cwd=context.tmp,
             text=True,
-            env={
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(context.workspace), os.environ.get("PYTHONPATH")])),
-            },
+            extra_env={"PYTHONPATH": os.pathsep.join(filter(None, [str(context.workspace), python_path]))},
         ) as process,
     ):
         assert process.stdin is not None and process.stdout is not None
@@ -103,7 +101,7 @@ def run_in_subprocess(impl_path: str, context: Context) -> None:
                 context.measure(**message["measured"])
             elif "error" in message:
                 error, exit_status = message["error"], message.get("exit_status")
-        returncode = process.wait()
+        returncode = context.processes.exit_status(process.wait())
     if returncode == -signal.SIGKILL and error is None and not context.processes.stopped:
         raise WorkerLost(f"the worker process was killed by signal {signal.Signals(-returncode).name}")
     if returncode != 0:

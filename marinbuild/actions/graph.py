@@ -139,6 +139,7 @@ def resolve(loader: PackageLoader, text: str, referrer: Target | None = None) ->
     path = loader.workspace.package_dir(label.package) / label.name
     if path.is_file():
         _check_inside_package(loader, label, path, where)
+        _check_inside_workspace(loader, label, path, where)
         return SourceFile(label, path)
     raise GraphError(
         f"{user}, which is neither a target of //{label.package} nor a file in it",
@@ -155,6 +156,19 @@ def _check_inside_package(loader: PackageLoader, label: Label, path: Path, where
             f"label '{label}' crosses into package '//{sub}'",
             location=where,
             hint=f"refer to it as '//{sub}:{path.relative_to(directory).as_posix()}'",
+        )
+
+
+def _check_inside_workspace(loader: PackageLoader, label: Label, path: Path, where: Location | None) -> None:
+    """A source's bytes are hashed and kept in the store (for `rerun`): a symlink out of the
+    workspace (`secrets -> /etc`) would publish a file of this machine to everyone who
+    reads the store. Symlinks that stay inside the workspace are followed."""
+    real = path.resolve()
+    if not real.is_relative_to(loader.workspace.root.resolve()):
+        raise GraphError(
+            f"source file '{label}' is a symlink to {real}, outside the workspace",
+            location=where,
+            hint="sources must lie inside the workspace: copy the file in, or make it the output of a rule",
         )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.hashing import canonical_json, digest_bytes, digest_file
+from marinbuild.hashing import digest_file, digest_json
 from marinbuild.targets.rule import Rule, Target
 
 KEY_FORMAT = 1
@@ -67,17 +67,17 @@ def code_digest(rule: Rule) -> str:
     modules it names in `code_modules`. Recorded in every entry, so that `explain`,
     `build` and `query stale()` can tell when the code changed since an output was built."""
     modules = [rule.impl.__module__, *rule.code_modules]
-    return digest_bytes(canonical_json({module: _module_digest(module) for module in modules}).encode())
+    return digest_json({module: _module_digest(module) for module in modules})
 
 
 def external_digest(files: Mapping[str, Path], digest: Callable[[Path], str]) -> str:
     """One digest over (name, content digest) of every external input file."""
-    return digest_bytes(canonical_json({name: digest(path) for name, path in sorted(files.items())}).encode())
+    return digest_json({name: digest(path) for name, path in sorted(files.items())})
 
 
 def action_key(recipe_: dict[str, Any]) -> str:
     """The full 256-bit key, hex; `short()` is for display only."""
-    return digest_bytes(canonical_json(recipe_).encode())
+    return digest_json(recipe_)
 
 
 def short(key: str) -> str:

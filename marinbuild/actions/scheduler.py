@@ -30,11 +30,12 @@ from marinbuild.actions.attempt import RunOutcome, StepRun
 from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, input_files
 from marinbuild.actions.graph import Graph
+from marinbuild.actions.hermetic import StepSettings, recorded_environment, step_environment
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
-from marinbuild.errors import StoreUnavailable
+from marinbuild.errors import StoreReadOnly, StoreUnavailable
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, reporting_transfers
 from marinbuild.store.live_sync import syncing
-from marinbuild.targets.rule import Resources, RetryPolicy, Target
+from marinbuild.targets.rule import Resources, RetryPolicy, Rule, Target
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class BuildOptions:
     ray_address: str | None = None
     ray_placement_timeout_s: float = 600.0
     ray_shared_scratch: str | None = None  # a directory every node mounts, for multi-host scratch
+    steps: StepSettings = StepSettings()  # environment, sandbox, default timeout (actions/hermetic.py)
 
 
 def machine_capacity() -> Resources:
@@ -126,6 +128,8 @@ class Scheduler:
         self._requested = set(graph.requested)
         self.recipes: dict[str, dict[str, Any]] = {}  # of every target whose key is known
         self._interrupted = False  # set on Ctrl-C: running steps are stopped and record `cancelled`
+        # Set when the store refuses writes: cached targets are served, a step to run is an error.
+        self.read_only: StoreReadOnly | None = None
         self._runs: set[StepRun] = set()  # the steps running now
         self._runs_lock = threading.Lock()
 
@@ -228,6 +232,11 @@ class Scheduler:
             self.reporter.warning(f"{label}: {lookup.problem}; rebuilding it")
         explain = self.hooks.explain_miss if self.options.explain else None
         reason = lookup.problem or (explain(target, recipe) if explain else "no cached output for its key")
+        if self.read_only is not None and not self.options.dry_run:
+            raise StoreReadOnly(
+                f"{label} must run ({reason}), but {self.read_only.message}: nothing could be published",
+                hint=self.read_only.hint,
+            )
         if self.options.dry_run:
             self._record(TargetResult(label, Status.WOULD_RUN, key, reason=reason))
             for dependent in self._downstream(label):
@@ -359,6 +368,8 @@ class Scheduler:
             # with its labels, and what each label stood for (dependencies by key).
             "attrs": dict(planned.target.attrs),
             "inputs": self._input_records(planned.target),
+            "environment": recorded_environment(self._environment(rule)),
+            **({"sandbox": True} if self.options.steps.sandbox else {}),
             **self.provenance.invocation,
             "packages": self.provenance.packages(rule.packages),
         }
@@ -415,7 +426,17 @@ class Scheduler:
         inputs = input_files(self.cache, dependencies, target.rule.reads_urls) if self.executor.runs_here else {}
         progress = functools.partial(self.reporter.step_progress, label)
         run = StepRun(
-            label, planned.key, dict(target.attrs), attempt.staging, inputs, self.workspace, scratch, progress=progress
+            label,
+            planned.key,
+            dict(target.attrs),
+            attempt.staging,
+            inputs,
+            self.workspace,
+            scratch,
+            progress=progress,
+            env=self._environment(target.rule),
+            sandbox=self.options.steps.sandbox,
+            timeout_s=target.attrs["timeout"] or self.options.steps.timeout_s,
         )
         lease.on_lost = lambda: run.stop(AttemptStatus.LEASE_LOST)
         if lease.lost:
@@ -452,6 +473,9 @@ class Scheduler:
                 **outcome.record(),
             )
         return attempt, outcome
+
+    def _environment(self, rule: Rule) -> dict[str, str]:
+        return step_environment(os.environ, (*self.options.steps.action_env, *rule.env))
 
     def _track(self, run: StepRun) -> None:
         with self._runs_lock:

@@ -9,11 +9,9 @@ logs goes to its log file.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
-import signal
 import sys
 import traceback
 from typing import TextIO
@@ -32,20 +30,7 @@ def _protocol_channel() -> TextIO:
     return channel
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Ask the kernel to kill this worker when its parent dies (Linux): a killed builder
-    or Ray worker never leaves the step running on its own."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
 def main() -> int:
-    _die_with_parent()
     request = json.loads(sys.stdin.read())
     channel = _protocol_channel()
 

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -218,6 +219,12 @@ def _is_subtraction(arg: str) -> bool:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also append the build's event stream (JSON lines) to this file.",
 )
+@click.option(
+    "--sandbox/--no-sandbox",
+    default=None,
+    help="Run each step's processes with the file system read-only but its own outputs and /tmp "
+    "(default: the workspace's 'sandbox' setting).",
+)
 @click.pass_context
 @_handles_errors
 def build(
@@ -234,6 +241,7 @@ def build(
     explain: bool,
     strict_code: bool,
     events: Path | None,
+    sandbox: bool | None,
 ) -> None:
     """Build the targets matched by PATTERNS (`//pkg:name`, `//pkg:all`, `//pkg/...`, `-PATTERN`)."""
     session = _session(ctx)
@@ -248,6 +256,7 @@ def build(
         ray_shared_scratch=ray_shared_scratch or session.workspace.ray_shared_scratch,
         strict_code=strict_code,
         explain=explain,
+        steps=session.step_settings(sandbox),
     )
     if executor == "ray":  # the cluster queues steps by their resources, not this machine
         options = dataclasses.replace(options, capacity=Resources(cpu=math.inf, memory_gb=math.inf))
@@ -313,7 +322,7 @@ def rerun(ctx: click.Context, key: str, check: bool, jobs: int | None) -> None:
     may have changed or be gone). With --check, compare a fresh run with the stored output:
     byte for byte, or by metrics within the rule's tolerance (training)."""
     session = _session(ctx)
-    options = BuildOptions(jobs=jobs or session.workspace.jobs or os.cpu_count() or 1)
+    options = BuildOptions(jobs=jobs or session.workspace.jobs or os.cpu_count() or 1, steps=session.step_settings())
     reporter = _reporter(live=sys.stderr.isatty())
     if check:
         report = session.check(key, options, reporter)
@@ -551,6 +560,11 @@ def cache_gc(ctx: click.Context, dry_run: bool, grace: str) -> None:
         f"{verb} {len(report.removed)} keys, {sum(report.removed.values()):,} bytes from {session.store.url}"
         f" (kept {report.kept_young} younger than {grace}, {report.kept_held} with a held lease)"
     )
+    if report.staging_removed:
+        click.echo(
+            f"{verb} {len(report.staging_removed)} staging directories left by killed builders, "
+            f"{sum(report.staging_removed.values()):,} bytes"
+        )
 
 
 @cache.command("stats")
@@ -563,6 +577,11 @@ def cache_stats(ctx: click.Context) -> None:
     click.echo(f"{session.store.url}: {found.keys} keys, {found.entries} entries, {found.leases_held} leases held")
     for area in sorted(found.objects_by_area):
         click.echo(f"  {area}/: {found.objects_by_area[area]} objects, {found.bytes_by_area[area]:,} bytes")
+    if found.leftovers:
+        click.echo(
+            f"  {len(found.leftovers)} staging directories left by killed builders, "
+            f"{sum(item.bytes for item in found.leftovers):,} bytes ('marinbuild cache gc' removes them)"
+        )
 
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -583,5 +602,12 @@ def _reporter(live: bool) -> Reporter:
     return LiveReporter()
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (a job scheduler, `kill`) stops a build as Ctrl-C does: running steps are
+    killed and recorded `cancelled`, their leases released, nothing partial published."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminated)
     cli(prog_name="marinbuild")

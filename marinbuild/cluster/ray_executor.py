@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.actions.executor import Dependencies, Executor, WorkerLost
+from marinbuild.actions.hermetic import StepSettings
 from marinbuild.cluster.distributed import rendezvous
 from marinbuild.cluster.placement import Placement, placement
 from marinbuild.cluster.ray_host import StepHost, dependencies_to_json
@@ -49,10 +50,12 @@ class RayExecutor(Executor):
         address: str | None,
         placement_timeout_s: float,
         shared_scratch: str | None,
+        steps: StepSettings,
     ):
         import ray
 
         self.store_spec = store.spec
+        self.steps = steps  # each host applies them to its own environment
         self.workspace = workspace
         self.placement_timeout_s = placement_timeout_s
         # A remote store's scratch is a directory of each host; the hosts of one step must
@@ -112,6 +115,8 @@ class RayExecutor(Executor):
                 "resumable": resumable,
                 "shared_scratch": self.shared_scratch if not self.scratch_is_shared and len(hosts) > 1 else None,
                 "reads_urls": target.rule.reads_urls,
+                "action_env": [*self.steps.action_env, *target.rule.env],
+                "sandbox": self.steps.sandbox,
                 "dependencies": dependencies_to_json(dict(dependencies)),
             }
             for rank, host in enumerate(hosts):

@@ -20,6 +20,7 @@ from typing import Any
 
 from marinbuild.actions.attempt import StepRun
 from marinbuild.actions.executor import input_files, run_in_subprocess
+from marinbuild.actions.hermetic import step_environment
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
 from marinbuild.store import ActionCache, AttemptStatus, Outputs, StoreSpec, open_store
@@ -125,6 +126,9 @@ class StepHost:
                         if mirror is not None:
                             mirror.restore()
             inputs = input_files(cache, dependencies_from_json(request["dependencies"]), request["reads_urls"])
+            # The step's part of a multi-host run (JAX distributed, Megascale), before its
+            # environment is taken from this host's.
+            env = {**os.environ, **(request["distributed"] or {}).get("env", {})}
             run = StepRun(
                 request["label"],
                 request["key"],
@@ -135,9 +139,9 @@ class StepHost:
                 scratch,
                 request["distributed"],
                 self._report_progress,
+                env=step_environment(env, request["action_env"]),
+                sandbox=request["sandbox"],
             )
-            if request["distributed"]:  # this actor's process runs this one step: its environment is the step's
-                os.environ.update(request["distributed"]["env"])
             upload = (
                 (lambda manifest: cache.upload(request["key"], staging.out, manifest)) if request["uploads"] else None
             )

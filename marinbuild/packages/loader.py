@@ -15,7 +15,9 @@ Starlark are shifted back by that one injected line.
 from __future__ import annotations
 
 import difflib
+import math
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +136,9 @@ class PackageLoader:
         self._pending: MarinbuildError | None = None
         self._header = f"load({_PRELUDE!r}, {', '.join(repr(name) for name in self.rules)})\n"
         self._prelude = self._evaluate_prelude()
+        # Each package's evaluation (with the .star files it loads) ends by this time.
+        self._deadline = math.inf
+        self._eval_options = sl.EvalOptions(check_cancelled=self._past_deadline)
         self._file_loader = sl.FileLoader(self._load_module)
 
     # -- public -------------------------------------------------------------------------
@@ -201,8 +206,15 @@ class PackageLoader:
         self._reads.append({display_path})
         try:
             ast = sl.parse(display_path, self._header + source, sl.Dialect.extended())
-            sl.eval(module, ast, _GLOBALS, self._file_loader)
+            sl.eval_with(self._eval_options, module, ast, _GLOBALS, self._file_loader)
         except sl.StarlarkError as error:
+            if self._pending is None and self._past_deadline():
+                self._pending = LoadError(
+                    f"evaluating {display_path} took longer than {self.workspace.load_timeout_s:g} s "
+                    "(an endless loop?); loading was stopped",
+                    location=_starlark_error(error, source).location,
+                    hint="if this BUILD file really needs longer, raise load_timeout_s in the workspace settings",
+                )
             failure = self._pending or _starlark_error(error, source)
             if failure.location is None:
                 failure.location = _starlark_error(error, source).location
@@ -214,7 +226,13 @@ class PackageLoader:
             reads = self._reads.pop()
         return reads
 
+    def _past_deadline(self) -> bool:
+        """Asked by Starlark every thousand or so instructions: whether to stop evaluating.
+        Being Python, it also lets Ctrl-C (and SIGTERM) interrupt an endless BUILD file."""
+        return time.monotonic() > self._deadline
+
     def _load_package(self, name: str) -> Package:
+        self._deadline = time.monotonic() + self.workspace.load_timeout_s
         build_file = self.workspace.package_dir(name) / BUILD_FILE
         if not build_file.is_file():
             raise LoadError(f"no package '//{name}': {build_file} does not exist")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from marinbuild.hashing import StatCache, canonical_json, digest_bytes
+from marinbuild.hashing import StatCache, digest_json
 from marinbuild.memo import Memo
 from marinbuild.targets.rule import Rule
 from marinbuild.version import __version__
@@ -46,7 +46,7 @@ def rules_fingerprint(rules: dict[str, Rule]) -> str:
         }
         for name, rule in sorted(rules.items())
     }
-    return digest_bytes(canonical_json({"marinbuild": __version__, "rules": schema}).encode())
+    return digest_json({"marinbuild": __version__, "rules": schema})
 
 
 class PackageCache:

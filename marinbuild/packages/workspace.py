@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from marinbuild.errors import WorkspaceError
+from marinbuild.errors import WorkspaceError, did_you_mean
 
 BUILD_FILE = "BUILD.marin"
 _KNOWN_SETTINGS = {
@@ -22,6 +22,10 @@ _KNOWN_SETTINGS = {
     "executor",
     "ray_address",
     "ray_shared_scratch",
+    "action_env",
+    "sandbox",
+    "timeout_s",
+    "load_timeout_s",
     "store_timeout_s",
     "store_retry_budget_s",
 }
@@ -41,6 +45,13 @@ class Workspace:
     executor: str = "local"
     ray_address: str | None = None
     ray_shared_scratch: str | None = None
+    # What steps see (marinbuild/actions/hermetic.py): environment variables passed or set
+    # ("NAME", "NAME=value"), the sandbox, and the time limit of a target without `timeout`.
+    action_env: tuple[str, ...] = ()
+    sandbox: bool = False
+    timeout_s: float | None = None
+    # How long one BUILD file's evaluation (with the .star files it loads) may take.
+    load_timeout_s: float = 60.0
     # A remote store's deadlines (store/deadlines.py): seconds a request may go unanswered,
     # and seconds an operation may keep failing before the build stops. None: the default.
     store_timeout_s: float | None = None
@@ -109,8 +120,10 @@ def open_workspace(directory: Path) -> Workspace:
 def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
     unknown = set(settings) - _KNOWN_SETTINGS
     if unknown:
+        close = next(filter(None, (did_you_mean(name, _KNOWN_SETTINGS) for name in sorted(unknown))), None)
         raise WorkspaceError(
-            f"{config_file}: unknown settings {sorted(unknown)}", hint=f"known settings: {sorted(_KNOWN_SETTINGS)}"
+            f"{config_file}: unknown settings {sorted(unknown)}",
+            hint=(f"{close} " if close else "") + f"known settings: {sorted(_KNOWN_SETTINGS)}",
         )
     jobs = settings.get("jobs")
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
@@ -131,10 +144,18 @@ def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
         raise WorkspaceError(
             f"{config_file}: 'ray_shared_scratch' must be an absolute path every node mounts, got {shared_scratch!r}"
         )
+    sandbox = settings.get("sandbox", False)
+    if not isinstance(sandbox, bool):
+        raise WorkspaceError(f"{config_file}: 'sandbox' must be true or false, got {sandbox!r}")
+    load_timeout_s = _seconds(settings, "load_timeout_s", config_file)
     return Workspace(
         root=root,
         store_timeout_s=_seconds(settings, "store_timeout_s", config_file),
         store_retry_budget_s=_seconds(settings, "store_retry_budget_s", config_file),
+        action_env=_string_list(settings, "action_env", config_file),
+        sandbox=sandbox,
+        timeout_s=_seconds(settings, "timeout_s", config_file),
+        load_timeout_s=Workspace.load_timeout_s if load_timeout_s is None else load_timeout_s,
         executor=executor,
         ray_address=ray_address,
         ray_shared_scratch=shared_scratch,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_file
+from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_file, digest_json
 from marinbuild.memo import Memo
 from marinbuild.store import layout
 from marinbuild.store.base import Lease, Store, WaitingFn
@@ -50,6 +50,7 @@ class AttemptStatus(str, enum.Enum):
     FAILED = "failed"  # the step itself failed
     CANCELLED = "cancelled"  # the build was interrupted while the step ran
     LEASE_LOST = "lease_lost"  # another builder took the key over; this one stopped
+    TIMED_OUT = "timed_out"  # it ran past its timeout and was killed
     # Never written: how a reader sees a `running` record whose key no builder holds any
     # more (its builder died without saying: killed, out of memory, machine lost).
     ABANDONED = "abandoned"
@@ -236,15 +237,24 @@ class ActionCache:
             return list(pool.map(self.lookup, keys))
 
     def read_entry(self, key: str) -> CacheEntry | str:
-        """The entry of `key`, or what is wrong with it."""
+        """The entry of `key`, or what is wrong with it.
+
+        An entry verifies itself (DESIGN.md invariant 7): it names the key it is filed
+        under, its recipe hashes to that key, and its tree digest is its manifest's. So an
+        entry copied under another key, by mistake or by a hostile teammate, is corrupt,
+        never another target's output."""
         path = layout.entry(key)
         data = self.store.read_bytes(path)
         if data is None:
             return f"action-cache entry {path} vanished while being read"
         try:
             entry = CacheEntry.from_json(json.loads(data))
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
             return f"action-cache entry {path} is unreadable ({error})"
+        if entry.key != key:
+            return f"action-cache entry {path} names another key, {entry.key[:12]} (corrupt: filed under the wrong key)"
+        if digest_json(entry.recipe) != key:
+            return f"action-cache entry {path} holds a recipe whose key is not {key[:12]} (corrupt)"
         if entry.tree_digest != entry.manifest.tree_digest:
             # Dependents' keys are made of this digest: it must be the manifest's, not just stored.
             return f"action-cache entry {path} has a tree digest that does not match its manifest (corrupt)"
@@ -252,12 +262,15 @@ class ActionCache:
 
     def recheck(self, key: str) -> tuple[CacheEntry | str, list[str]]:
         """Re-hash every output file of `key`'s entry (no memo, no stat cache, no checksum
-        shortcut; downloads from a remote store) and report every problem, not the first."""
+        shortcut; downloads from a remote store) and report every problem, not the first:
+        files missing, altered, or present but not in the manifest."""
         entry = self.read_entry(key)
         if isinstance(entry, str):
             return entry, [entry]
-        problems = []
-        with self.store.local_copies(layout.output(key), [item.path for item in entry.manifest.files]) as files:
+        listed = [item.path for item in entry.manifest.files]
+        unlisted = sorted(set(self.store.stat_tree(layout.output(key))) - set(listed))
+        problems = [f"output file {name} is not in the manifest (added after publishing)" for name in unlisted]
+        with self.store.local_copies(layout.output(key), listed) as files:
             for item in entry.manifest.files:
                 if item.path not in files:
                     problems.append(f"output file {item.path} is missing from the store")

@@ -41,7 +41,7 @@ from marinbuild.network import unreachable
 from marinbuild.store.base import Lease, WaitingFn
 from marinbuild.store.deadlines import StorePolicy
 from marinbuild.store.lease_object import LeaseSettings, current_holder, held_lease
-from marinbuild.store.remote import RemoteStore, backend_errors
+from marinbuild.store.remote import RemoteStore, backend_errors, backend_writes
 
 _PUBLIC_ENDPOINT = "https://storage.googleapis.com"
 _BOUNDARY = "marinbuild-part"
@@ -155,7 +155,7 @@ class GCSStore(RemoteStore):
                 continue  # replaced between the two requests: read the new one
             return data, generation
 
-    @backend_errors
+    @backend_writes
     def write_if_generation(self, path: str, data: bytes, generation: int) -> int:
         """Write `path` only if its generation is `generation` (0: only if absent).
 
@@ -183,7 +183,7 @@ class GCSStore(RemoteStore):
         self.fs.invalidate_cache()
         return int(written["generation"])
 
-    @backend_errors
+    @backend_writes
     def delete_if_generation(self, path: str, generation: int) -> None:
         """Delete `path` unless someone replaced it since `generation`."""
         try:

@@ -9,17 +9,69 @@ SIGKILLed build never leaves a stale lock behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import functools
 import os
 import shutil
 import uuid
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
+from marinbuild.errors import StoreError, StoreReadOnly
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
 from marinbuild.store.base import Lease, ObjectStat, Store, WaitingFn
 from marinbuild.store.manifest import Manifest
+
+
+def _is_temporary(name: str) -> bool:
+    """A temporary sibling `write_bytes` writes before renaming (`.NAME.UUID.tmp`)."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def _regular_files(root: str) -> tuple[set[str], str | None]:
+    """The regular files under `root` (relative names), and the first entry that is
+    neither a regular file nor a directory (a symlink, a device), if any."""
+    found: set[str] = set()
+    pending = [""]
+    while pending:
+        relative = pending.pop()
+        try:
+            entries = list(os.scandir(root + relative))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            name = relative + entry.name
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(name + "/")
+            elif entry.is_file(follow_symlinks=False):
+                found.add(name)
+            else:
+                return found, name
+    return found, None
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+_REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _local_errors(method: _Method) -> _Method:
+    """The file system's refusals as store errors naming the path, with a hint (a
+    read-only store is `StoreReadOnly`); absence and create-only conflicts stay Python's
+    own errors, which callers use."""
+
+    @functools.wraps(method)
+    def wrapper(self: LocalStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (FileNotFoundError, FileExistsError):
+            raise
+        except OSError as error:
+            raise self.store_error(error) from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 class LocalStore(Store):
@@ -31,6 +83,23 @@ class LocalStore(Store):
         self.url = str(root)
         self._prefix = str(root) + os.sep
         self.stat_cache = stat_cache or StatCache(Memo(None, "local-store"))
+        if root.exists() and not root.is_dir():
+            raise StoreError(
+                f"the store {root} is a file, not a directory",
+                hint="--store (or the 'store' setting) names a directory, created on first use, or a URL",
+            )
+
+    def store_error(self, error: OSError) -> StoreError:
+        where = error.filename or self.url
+        if error.errno in _REFUSED:
+            return StoreReadOnly(
+                f"the store {self.url} is read-only here: cannot write {where} ({error.strerror})",
+                hint="a fully cached build still works; to build, use a store you can write (--store DIR)",
+            )
+        return StoreError(
+            f"the store {self.url} cannot be used: {error.strerror}: {where}",
+            hint="--store (or the 'store' setting) must name a directory this machine can create and write",
+        )
 
     def _path(self, path: str) -> Path:
         return self.root / path
@@ -39,6 +108,7 @@ class LocalStore(Store):
         target.parent.mkdir(parents=True, exist_ok=True)
         return target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
 
+    @_local_errors
     def read_bytes(self, path: str) -> bytes | None:
         try:
             with open(self._prefix + path, "rb") as file:  # plain strings: this is the no-op build's hot path
@@ -46,12 +116,14 @@ class LocalStore(Store):
         except FileNotFoundError:
             return None
 
+    @_local_errors
     def write_bytes(self, path: str, data: bytes) -> None:
         target = self._path(path)
         temporary = self._temporary_sibling(target)
         temporary.write_bytes(data)
         os.replace(temporary, target)
 
+    @_local_errors
     def create_only(self, path: str, data: bytes) -> bool:
         target = self._path(path)
         temporary = self._temporary_sibling(target)
@@ -67,9 +139,11 @@ class LocalStore(Store):
         finally:
             temporary.unlink()
 
+    @_local_errors
     def exists(self, path: str) -> bool:
         return self._path(path).exists()
 
+    @_local_errors
     def signature(self, path: str) -> Hashable | None:
         try:
             stat = os.stat(self._prefix + path)
@@ -77,6 +151,7 @@ class LocalStore(Store):
             return None
         return (stat.st_size, stat.st_mtime_ns, stat.st_ino)
 
+    @_local_errors
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix)
         if base.is_file():
@@ -84,20 +159,23 @@ class LocalStore(Store):
         found = []
         for directory, _subdirectories, files in os.walk(base):
             for name in files:
-                if not name.endswith(".tmp"):
+                if not _is_temporary(name):
                     found.append(Path(directory, name).relative_to(self.root).as_posix())
         return sorted(found)
 
+    @_local_errors
     def stat_tree(self, prefix: str) -> dict[str, ObjectStat]:
+        """Every object under `prefix`; a symlink is listed as what it is (never followed)."""
         base = self._path(prefix)
         found = {}
-        for directory, _subdirectories, files in os.walk(base):
-            for name in files:
-                if not name.endswith(".tmp"):
+        for directory, subdirectories, files in os.walk(base):
+            for name in [*files, *(name for name in subdirectories if Path(directory, name).is_symlink())]:
+                if not _is_temporary(name):
                     path = Path(directory, name)
-                    found[path.relative_to(base).as_posix()] = ObjectStat(path.stat().st_size, None)
+                    found[path.relative_to(base).as_posix()] = ObjectStat(path.lstat().st_size, None)
         return found
 
+    @_local_errors
     def delete(self, path: str) -> None:
         target = self._path(path)
         if target.is_dir() and not target.is_symlink():
@@ -109,11 +187,13 @@ class LocalStore(Store):
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()
 
+    @_local_errors
     def staging_dir(self, path: str) -> Path:
         directory = self._path(path)
         directory.mkdir(parents=True, exist_ok=False)
         return directory
 
+    @_local_errors
     def put_dir(self, local: Path, path: str, manifest: Manifest) -> dict[str, str]:
         target = self._path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -128,8 +208,15 @@ class LocalStore(Store):
     def outputs_dir(self, path: str, manifest: Manifest) -> Path:
         return self._path(path)
 
+    @_local_errors
     def verify_outputs(self, path: str, manifest: Manifest, checksums: dict[str, str]) -> str | None:
         root = self._prefix + path + "/"  # plain strings: this is the no-op build's hot path
+        present, odd = _regular_files(root)
+        if odd is not None:
+            return f"output {odd} is not a regular file (a symlink or a device), which no step publishes"
+        unlisted = present.difference(item.path for item in manifest.files)
+        if unlisted:
+            return f"output file {min(unlisted)} is not in the manifest (added after publishing)"
         for item in manifest.files:
             try:
                 digest, size = self.stat_cache.digest(root + item.path)
@@ -142,8 +229,9 @@ class LocalStore(Store):
     @contextlib.contextmanager
     def local_copies(self, path: str, names: list[str]) -> Iterator[dict[str, Path]]:
         root = self._path(path)
-        yield {name: root / name for name in names if (root / name).is_file()}
+        yield {name: root / name for name in names if (root / name).is_file() and not (root / name).is_symlink()}
 
+    @_local_errors
     def put_file(self, local: Path, path: str) -> None:
         target = self._path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -155,11 +243,12 @@ class LocalStore(Store):
     def location(self, path: str) -> str:
         return self._prefix + path
 
+    @_local_errors
     def lease_holder(self, name: str) -> str | None:
         path = self._path(name)
         if not path.exists():
             return None
-        with open(path, "a") as handle:
+        with open(path) as handle:  # read-only: a read-only store can still say who holds it
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -171,8 +260,12 @@ class LocalStore(Store):
     def lease(self, name: str, waiting: WaitingFn | None = None) -> Iterator[Lease]:
         """A `flock`: the kernel releases it when its holder dies and wakes the next waiter."""
         lock_file = self._path(name)
-        lock_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_file, "a") as handle:
+        try:
+            lock_file.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(lock_file, "a")
+        except OSError as error:
+            raise self.store_error(error) from None
+        with handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

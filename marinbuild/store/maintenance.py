@@ -12,11 +12,15 @@ The entry is deleted first, so that at no moment does an entry point at missing 
 from __future__ import annotations
 
 import calendar
+import contextlib
 import json
+import os
+import shutil
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from marinbuild.store import layout
 from marinbuild.store.action_cache import ActionCache, CacheEntry
@@ -39,6 +43,16 @@ class GcReport:
     bytes_by_experiment: Counter[str] = field(default_factory=Counter)
     kept_held: int = 0
     kept_young: int = 0
+    staging_removed: dict[str, int] = field(default_factory=dict)  # attempt id -> bytes
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """The staging directory of an attempt whose builder is gone (killed, crashed)."""
+
+    attempt_id: str
+    path: Path
+    bytes: int
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,7 @@ class StoreStats:
     objects_by_area: dict[str, int]
     bytes_by_area: dict[str, int]
     leases_held: int
+    leftovers: list[Leftover]  # staging directories left by killed builders (`cache gc` removes them)
 
 
 def _parse_time(text: str, form: str) -> float | None:
@@ -134,7 +149,47 @@ def collect_garbage(cache: ActionCache, live: set[str], grace_s: float, dry_run:
                 store.delete(area)
     if report.removed and not dry_run:
         _sweep_label_index(store, set(report.removed))
+    for leftover in leftover_staging(store, now - grace_s):
+        report.staging_removed[leftover.attempt_id] = leftover.bytes
+        if not dry_run:
+            shutil.rmtree(leftover.path, ignore_errors=True)
     return report
+
+
+def leftover_staging(store: Store, before: float = float("inf")) -> list[Leftover]:
+    """Staging directories (`tmp/<attempt id>/`, on this machine for a remote store) that
+    no running attempt uses: untouched since `before`, and — for an attempt the label
+    index knows — its key's lease held by nobody. A long training keeps its lease, so it
+    is never swept, however old its attempt."""
+    root = store.local_path(layout.staging(""))
+    if not root.is_dir():
+        return []
+    keys = {
+        name.partition(".")[0]: name.partition(".")[2] for name in (p.rsplit("/", 1)[1] for p in store.list("labels"))
+    }
+    found = []
+    for directory in sorted(root.iterdir()):
+        if not directory.is_dir():
+            continue
+        newest, size = _newest_and_size(directory)
+        if newest >= before:
+            continue
+        key = keys.get(directory.name)
+        if key is not None and store.lease_holder(layout.lock(key)) is not None:
+            continue
+        found.append(Leftover(directory.name, directory, size))
+    return found
+
+
+def _newest_and_size(directory: Path) -> tuple[float, int]:
+    newest, size = directory.stat().st_mtime, 0
+    for parent, _subdirectories, files in os.walk(directory):
+        newest = max(newest, os.stat(parent).st_mtime)
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                status = os.lstat(os.path.join(parent, name))
+                newest, size = max(newest, status.st_mtime), size + status.st_size
+    return newest, size
 
 
 def _sweep_label_index(store: Store, removed: set[str]) -> None:
@@ -156,4 +211,4 @@ def stats(store: Store) -> StoreStats:
     keys = _by_key(objects)
     entries = sum(1 for path in objects if path.startswith("ac/"))
     held = sum(1 for path in objects if path.startswith("locks/") and store.lease_holder(path) is not None)
-    return StoreStats(len(keys), entries, dict(by_area), dict(bytes_by_area), held)
+    return StoreStats(len(keys), entries, dict(by_area), dict(bytes_by_area), held, leftover_staging(store))

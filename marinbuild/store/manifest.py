@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from marinbuild.hashing import canonical_json, digest_bytes, digest_file
+from marinbuild.hashing import digest_file, digest_json
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Manifest:
 
     @cached_property
     def tree_digest(self) -> str:
-        return digest_bytes(canonical_json(self.to_json()).encode())
+        return digest_json(self.to_json())
 
     @property
     def total_bytes(self) -> int:

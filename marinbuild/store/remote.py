@@ -33,7 +33,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
-from marinbuild.errors import StoreError
+from marinbuild.errors import StoreError, StoreReadOnly
 from marinbuild.store import deadlines
 from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec, WaitingFn
 from marinbuild.store.live_sync import ScratchMirror
@@ -102,27 +102,41 @@ def _transfer_callback(verb: str, total_bytes: int) -> Any:
     return _Batch()
 
 
-def backend_errors(method: _Method) -> _Method:
-    """Make a method one operation under the store's deadlines (`deadlines.call`: transient
-    failures tried again within the retry budget, then StoreUnavailable), and report the
-    backend's other I/O failures (permission denied, a bad request) as StoreError naming
-    the store's URL; absence and create-only conflicts stay Python's own errors.
+def _translating(writes: bool) -> Callable[[_Method], _Method]:
+    def decorator(method: _Method) -> _Method:
+        @functools.wraps(method)
+        def wrapper(self: RemoteStore, *args: Any, **kwargs: Any) -> Any:
+            if deadlines.current() is not None:
+                return method(self, *args, **kwargs)
+            try:
+                return deadlines.call(self.policy, self.url, functools.partial(method, self, *args, **kwargs))
+            except (FileNotFoundError, FileExistsError, StoreError):
+                raise
+            except self.backend_error_types as error:
+                raise self.store_error(error, writes) from None
 
-    A method called by another one runs as part of the caller's operation: only the
-    outermost retries and translates errors."""
+        return wrapper  # type: ignore[return-value]
 
-    @functools.wraps(method)
-    def wrapper(self: RemoteStore, *args: Any, **kwargs: Any) -> Any:
-        if deadlines.current() is not None:
-            return method(self, *args, **kwargs)
-        try:
-            return deadlines.call(self.policy, self.url, functools.partial(method, self, *args, **kwargs))
-        except (FileNotFoundError, FileExistsError, StoreError):
-            raise
-        except self.backend_error_types as error:
-            raise self.store_error(error) from None
+    return decorator
 
-    return wrapper  # type: ignore[return-value]
+
+# Make a method one operation under the store's deadlines (`deadlines.call`: transient
+# failures tried again within the retry budget, then StoreUnavailable), and report the
+# backend's other I/O failures (permission denied, a bad request) as StoreError naming
+# the store's URL; absence and create-only conflicts stay Python's own errors. A method
+# called by another one runs as part of the caller's operation: only the outermost
+# retries and translates errors. `backend_writes` marks the methods that write, where a
+# refusal (403) means the store is read-only for this account.
+backend_errors = _translating(writes=False)
+backend_writes = _translating(writes=True)
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether the backend refused for lack of permission (gcsfs raises a 403 as an
+    OSError "Forbidden: ...")."""
+    return (
+        isinstance(error, PermissionError) or str(error).startswith("Forbidden") or getattr(error, "code", None) == 403
+    )
 
 
 class RemoteStore(Store):
@@ -167,7 +181,12 @@ class RemoteStore(Store):
         coroutine = getattr(fs, f"_{name}")(*args, **kwargs)
         return deadlines.wait(asyncio.run_coroutine_threadsafe(coroutine, fs.loop))
 
-    def store_error(self, error: BaseException) -> StoreError:
+    def store_error(self, error: BaseException, writing: bool = False) -> StoreError:
+        if writing and _refused(error):
+            return StoreReadOnly(
+                f"the store {self.url} is read-only for this account: {str(error).splitlines()[0]}",
+                hint="a fully cached build still works; to build, ask for write access or use a store you can write",
+            )
         return StoreError(
             f"store {self.url} cannot be used: {error}",
             hint="check the URL, the network and your credentials; nothing local was changed",
@@ -194,11 +213,11 @@ class RemoteStore(Store):
         except FileNotFoundError:
             return None
 
-    @backend_errors
+    @backend_writes
     def write_bytes(self, path: str, data: bytes) -> None:
         self._io("pipe_file", self._full(path), data)
 
-    @backend_errors
+    @backend_writes
     def create_only(self, path: str, data: bytes) -> bool:
         if self._io("exists", self._full(path)):
             return False
@@ -235,7 +254,7 @@ class RemoteStore(Store):
             for full, info in self._find(prefix).items()
         }
 
-    @backend_errors
+    @backend_writes
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._io("rm", self._full(path), recursive=True)
@@ -245,7 +264,7 @@ class RemoteStore(Store):
         directory.mkdir(parents=True, exist_ok=False)
         return directory
 
-    @backend_errors
+    @backend_writes
     def put_dir(self, local: Path, path: str, manifest: Manifest) -> dict[str, str]:
         self.local_cache.adopt(local, manifest)  # built here: never downloaded again
         if self._find(path):
@@ -276,14 +295,14 @@ class RemoteStore(Store):
                 checksums[name] = found.checksum
         return checksums
 
-    @backend_errors
+    @backend_writes
     def put_file(self, local: Path, path: str) -> None:
         self._io("put_file", str(local), self._full(path))
         mirror = self.local_path(path)
         mirror.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(local, mirror)
 
-    @backend_errors
+    @backend_writes
     def put_files(self, files: Mapping[Path, str]) -> None:
         """Upload local files to objects (concurrently where the backend can), leaving the
         local files in place: for copies of something still in use (a running step's scratch)."""
@@ -310,6 +329,9 @@ class RemoteStore(Store):
         """One listing: every file present, of its size, with the checksum recorded at
         upload where the backend keeps one. (Bytes are BLAKE3-checked when downloaded.)"""
         stored = self.stat_tree(path)
+        unlisted = set(stored).difference(item.path for item in manifest.files)
+        if unlisted:
+            return f"output file {min(unlisted)} is not in the manifest (added after publishing)"
         for item in manifest.files:
             found = stored.get(item.path)
             if found is None:

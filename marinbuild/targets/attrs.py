@@ -206,6 +206,14 @@ def _map_function(value: JsonValue, fn: LabelMap) -> JsonValue:
     return f"{fn(file_label)}:{function}"
 
 
+def _normalize_seconds(value: JsonValue, _package: str) -> JsonValue:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"expected a positive number of seconds (or None), got {value!r}")
+    return float(value)
+
+
 STRING = _scalar("a string", str)
 INT = _scalar("an int", int)
 FLOAT = _scalar("a number", int, float)
@@ -221,6 +229,8 @@ LABEL_KEYED_DICT = AttrType("label_keyed_dict", _normalize_label_keyed_dict, _ma
 MIXTURE = AttrType("mixture", _normalize_mixture, _map_mixture)
 TEMPLATE = AttrType("template", _normalize_template, _map_template)
 FUNCTION = AttrType("function", _normalize_function, _map_function)
+# A duration in seconds, or None.
+SECONDS = AttrType("seconds", _normalize_seconds, _no_labels)
 
 
 # -- structs: a dict of named, typed scalar fields with defaults ------------------------------

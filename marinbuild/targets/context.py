@@ -9,7 +9,10 @@ rebuilt inside a worker process for rules that run in a subprocess.
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -35,20 +38,32 @@ class StepFailed(Exception):
 
 
 class ChildProcesses:
-    """The processes a running step started, so that the builder can stop the step (its
-    lease was taken over) by killing them; once stopped, no new one starts."""
+    """The processes a running step starts, each in a process group of its own, so that
+    the builder can stop the step (interrupted, timed out, its lease taken over) by
+    killing their groups, whatever they started in turn; once stopped, no new one starts.
 
-    def __init__(self) -> None:
+    `env` is the step's environment (None: this process's own, inside a worker that
+    already has the step's); `prefix` a command every process runs under (the sandbox)."""
+
+    def __init__(self, env: dict[str, str] | None = None, prefix: list[str] | None = None) -> None:
         self._lock = threading.Lock()
         self._running: set[subprocess.Popen] = set()
         self.stopped = False
+        self.env = env
+        self.prefix = prefix or []
 
     @contextmanager
-    def popen(self, args: list[str], **kwargs: object) -> Iterator[subprocess.Popen]:
+    def popen(
+        self, args: list[str], extra_env: dict[str, str] | None = None, **kwargs: Any
+    ) -> Iterator[subprocess.Popen]:
+        """Start `args` with the step's environment plus `extra_env`."""
+        env = {**(os.environ if self.env is None else self.env), **(extra_env or {})}
         with self._lock:
             if self.stopped:
                 raise StepFailed("the step was stopped before it started a process")
-            process = subprocess.Popen(args, **kwargs)  # type: ignore[call-overload]
+            process = subprocess.Popen(
+                [*self.prefix, *args], env=env, start_new_session=True, preexec_fn=_die_with_builder, **kwargs
+            )
             self._running.add(process)
         try:
             yield process
@@ -56,14 +71,40 @@ class ChildProcesses:
             with self._lock:
                 self._running.discard(process)
             if process.poll() is None:
-                process.kill()
-                process.wait()
+                _kill_group(process)
+            process.wait()
+
+    def exit_status(self, returncode: int) -> int:
+        """A process's exit status as Popen reports it (-N: killed by signal N), also for
+        one run under the sandbox, whose bubblewrap exits with 128+N instead."""
+        if self.prefix and returncode > 128:
+            return -(returncode - 128)
+        return returncode
 
     def stop(self) -> None:
         with self._lock:
             self.stopped = True
             for process in self._running:
-                process.kill()
+                _kill_group(process)
+
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls it
+
+
+def _die_with_builder() -> None:
+    """In the child, before it runs the step's command: the kernel kills it when the
+    builder's thread that started it dies, so a builder killed outright (SIGKILL, out of
+    memory) leaves no step running on its own. (Its own session keeps it out of the
+    terminal's Ctrl-C, which the builder handles.)"""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,12 @@ COMMON_ATTRS: dict[str, Attr] = {
         doc="{'cpu': N, 'memory_gb': N, 'accelerator': 'H100' or 'v5p-64', 'accelerator_count': 8, "
         "'hosts': N, 'slices': N}",
     ),
+    "timeout": Attr(
+        types.SECONDS,
+        default=None,
+        identity=False,
+        doc="Seconds an attempt may run before its processes are killed (default: the workspace's timeout_s).",
+    ),
 }
 
 
@@ -147,6 +153,9 @@ class Rule:
     execution: Execution = Execution.THREAD
     # Distributions whose versions are recorded in each output's provenance (e.g. "jax").
     packages: tuple[str, ...] = ()
+    # Environment variables the step is given besides the allow-list ("NAME": passed from
+    # the builder's environment; "NAME=value": set). Recorded in each attempt, not in the key.
+    env: tuple[str, ...] = ()
     # Checks across attributes at load time; raises ValueError so the error names the BUILD line.
     validate: Callable[[Mapping[str, JsonValue]], None] | None = None
     # Files outside the workspace the step reads, by a stable name (e.g. the interpreter's

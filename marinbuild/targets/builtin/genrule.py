@@ -7,7 +7,6 @@ It is the generic step (and what the benchmarks use). The command runs in bash w
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -96,10 +95,10 @@ def _run(ctx: Context) -> None:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "RULEDIR": str(ctx.out)},
+            extra_env={"RULEDIR": str(ctx.out)},
         ) as process,
     ):
-        returncode = process.wait()
+        returncode = ctx.processes.exit_status(process.wait())
     if returncode != 0:
         raise StepFailed(f"command exited with status {returncode}", returncode)
     missing = [out for out in ctx.attrs["outs"] if not (ctx.out / out).is_file()]
