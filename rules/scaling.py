@@ -1,9 +1,10 @@
 """Scaling-law rules: `fit_scaling_law`, over the runs of an isoFLOP sweep.
 
-The rule is declared here, cheap to import; the fit is `rules/scaling_fit.py` (numpy,
-scipy) and the plots `rules/scaling_plots.py` (matplotlib), imported only when the step
-runs. The macros that declare sweeps (`isoflop_sweep`, `optimal_runs`) are in
-`rules/scaling.star`; docs/delphi.md describes the method and `fit.json`.
+The rule is declared here, cheap to import; the fit is `rules/scaling_fit.py` (plain
+Python floats, numpy's seeded generator for the bootstrap: the same bytes on any machine)
+and the plots `rules/scaling_plots.py` (matplotlib), imported only when the step runs.
+The macros that declare sweeps (`isoflop_sweep`, `optimal_runs`) are in `rules/scaling.star`;
+docs/delphi.md describes the method and `fit.json`.
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ def _headline(out: Path) -> str | None:
     except (OSError, ValueError):
         return None
     alpha, low_high = fit["tokens_law"]["alpha"], fit["tokens_law"]["alpha_ci"]
-    parts = [f"alpha {alpha:.3f} [{low_high[0]:.3f}, {low_high[1]:.3f}]"]
+    parts = [f"alpha {alpha:.3f}" + (f" [{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high else "")]
     parts += [
-        f"held-out {run['budget']:.0e}: loss {run['loss']:.3f}, forecast {run['forecast_loss']:.3f} "
-        f"(error {100 * run['relative_error']:+.1f}%)"
-        for run in fit["held_out"]
+        f"held-out {check['budget']:.0e}: loss {check['loss']:.3f}"
+        + (f" (mean of {len(check['losses'])})" if len(check["losses"]) > 1 else "")
+        + f", forecast {check['forecast_loss']:.3f} (error {100 * check['relative_error']:+.1f}%)"
+        for check in fit.get("held_out_budgets", [])
     ]
     return "; ".join(parts) + f"; {FIT_FILE}, {ISOFLOPS_PLOT}, {SCALING_PLOT}"
 
@@ -112,5 +114,7 @@ fit_scaling_law = Rule(
     headline=_headline,
     execution=Execution.SUBPROCESS,
     resources=Resources(cpu=1, memory_gb=1),
-    packages=("numpy", "scipy", "matplotlib"),
+    packages=("numpy", "matplotlib"),
+    # The fit and the plots are the step's implementation: their source counts in its code digest.
+    code_modules=("rules.scaling_fit", "rules.scaling_plots"),
 )

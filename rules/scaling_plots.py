@@ -38,6 +38,7 @@ def isoflops(fit: dict[str, Any], path: Path) -> None:
                 edgecolor="black",
                 zorder=4,
             )
+    labelled = set()
     for run in fit["held_out"]:
         axes.scatter(
             [run["tokens"]],
@@ -45,8 +46,9 @@ def isoflops(fit: dict[str, Any], path: Path) -> None:
             marker="D",
             color="crimson",
             zorder=4,
-            label=f"held out, C = {run['budget']:.2g}",
+            label=None if run["budget"] in labelled else f"held out, C = {run['budget']:.2g}",
         )
+        labelled.add(run["budget"])
     axes.set_xscale("log")
     axes.set_xlabel("training tokens")
     axes.set_ylabel("eval loss (nats/token)")
@@ -112,13 +114,17 @@ def scaling(fit: dict[str, Any], path: Path) -> None:
     )
     _forecast_bars(right, forecasts, "loss", "loss_ci")
     for run in fit["held_out"]:
+        right.scatter([run["flops"]], [run["loss"]], marker=".", s=40, color="crimson", zorder=4)
+    for check in fit.get("held_out_budgets", []):
+        runs = [run for run in fit["held_out"] if run["budget"] == check["budget"]]
+        seeds = f", mean of {len(runs)} seeds" if len(runs) > 1 else ""
         right.scatter(
-            [run["flops"]],
-            [run["loss"]],
+            [math.exp(sum(math.log(run["flops"]) for run in runs) / len(runs))],
+            [check["loss"]],
             marker="D",
             color="crimson",
             zorder=4,
-            label=f"held-out run (error {100 * run['relative_error']:+.1f}%)",
+            label=f"held-out ({100 * check['relative_error']:+.2f}%{seeds})",
         )
     right.set_xscale("log")
     right.set_xlabel("compute C (FLOPs)")

@@ -16,8 +16,8 @@ from helpers_workspace import plan
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = "//experiments/delphi"
-# The vocabulary of each suite's tokenizer: the tutorial's BPE, and the full suite's.
-VOCAB = {"fit": 2048, "full": 32768}
+# The vocabulary of each suite's tokenizer: bytes for the CPU suite, a 32k BPE for the full one.
+VOCAB = {"fit": 259, "full": 32768}
 
 
 def _suite(fit: str) -> tuple[dict, dict[str, float]]:
@@ -44,7 +44,9 @@ def test_every_candidate_trains_within_5_percent_of_its_budget(fit: str) -> None
         assert abs(flops / budget - 1) < 0.05, f"{label}: {flops:.3g} FLOPs for a budget of {budget:.3g}"
         # The name says the budget, width and depth; the description what a dry run shows.
         model = attrs["model"]
-        name = re.fullmatch(r"(?:full-)?(?:isoflop|heldout)-([0-9.e]+)-d(\d+)-L(\d+)", label.rpartition(":")[2])
+        name = re.fullmatch(
+            r"(?:full-)?(?:isoflop|heldout)-([0-9.e]+)-d(\d+)-L(\d+)(?:-s\d+)?", label.rpartition(":")[2]
+        )
         assert (
             name
             and float(name[1]) == budget
@@ -55,6 +57,27 @@ def test_every_candidate_trains_within_5_percent_of_its_budget(fit: str) -> None
             in attrs["description"]
         )
         assert model["hidden_dim"] % model["num_heads"] == 0
+
+
+def test_the_cpu_suite_forecasts_ten_times_beyond_four_budgets_with_two_seeds() -> None:
+    targets, runs = _suite("fit")
+    fit = targets[f"{PKG}:fit"].attrs
+    budgets = sorted(set(fit["runs"].values()))
+    assert len(budgets) >= 4
+    for budget in budgets:
+        assert sum(1 for b in fit["runs"].values() if b == budget) >= 5
+    (held_budget,) = set(fit["held_out"].values())
+    assert held_budget >= 10 * budgets[-1]
+    seeds = [targets[label].attrs["seed"] for label in fit["held_out"]]
+    assert len(seeds) >= 2 and len(set(seeds)) == len(seeds)
+    # One batch for every run; a learning rate transferred across widths (x width constant).
+    assert {targets[label].attrs["trainer"]["batch_size"] for label in runs} == {8}
+    scaled = {
+        round(targets[label].attrs["optimizer"]["learning_rate"] * targets[label].attrs["model"]["hidden_dim"], 9)
+        for label in runs
+    }
+    assert len(scaled) == 1
+    assert all(targets[label].attrs["model"]["num_layers"] >= 2 for label in runs)
 
 
 def test_the_full_suite_sweeps_marins_budgets_around_the_prior_optimum() -> None:
@@ -90,4 +113,4 @@ def test_dry_run_and_query_over_the_full_suite(tmp_path: Path) -> None:
     rc, out, err = run_cli(REPO, "build", "--dry-run", f"{PKG}:all", store=str(tmp_path / "store"))
     assert rc == 0, err
     planned = {line.split()[1] for line in out.splitlines() if line.startswith(("would-run", "pending"))}
-    assert {f"{PKG}:fit", "//experiments/tutorial:tokens"} <= planned and not any("full" in label for label in planned)
+    assert {f"{PKG}:fit", f"{PKG}:stdlib_bytes"} <= planned and not any("full" in label for label in planned)

@@ -82,3 +82,40 @@ def test_adding_a_budget_reruns_only_its_runs_and_the_fit(tmp_path: Path) -> Non
         new: "would-run",
         f"{PKG}:fit": "pending",
     }
+
+
+# Runs whose summaries a genrule writes (budgets 1e9 and 1e10, three token counts each, on
+# a parabola): the fit's inputs without training, so its step is checked in seconds.
+def _summary_rule(name: str, budget: float, tokens: float, loss: float) -> str:
+    summary = json.dumps({"tokens": tokens, "flops": budget, "eval_loss": loss, "parameter_count": 1000})
+    return f"genrule(name = {name!r}, outs = ['summary.json'], cmd = {f'echo {summary!r} > $@'!r})\n"
+
+
+def _fit_build_file() -> str:
+    rules, runs = [], {}
+    for budget, centre, floor in ((1e9, 6.0, 3.0), (1e10, 6.5, 2.7), (1e11, 7.0, 2.45)):
+        for offset in (-0.5, -0.2, 0.1, 0.4):
+            name = f"run-{budget:.0e}-{offset:+.1f}"
+            rules.append(_summary_rule(name, budget, 10 ** (centre + offset), floor + 0.3 * offset**2))
+            runs[f":{name}"] = budget
+    return (
+        "".join(rules) + f"fit_scaling_law(name = 'fit', runs = {runs!r}, target_budgets = [1e12], bootstrap = 200)\n"
+    )
+
+
+def test_the_fit_step_publishes_the_same_bytes_when_rebuilt(tmp_path: Path) -> None:
+    """fit.json and its plots are a pure function of the runs: rebuilt from an empty store,
+    and rerun aside by `rerun --check`, the step writes the same bytes."""
+    ws = _workspace(tmp_path / "ws", _fit_build_file())
+    trees = []
+    for store in ("store-1", "store-2"):
+        data = build_json(ws, f"{PKG}:fit", store=str(tmp_path / store))
+        trees.append(
+            {path.name: path.read_bytes() for path in Path(data["by_label"][f"{PKG}:fit"]["output"]).iterdir()}
+        )
+    assert set(trees[0]) >= {"fit.json", "isoflops.png", "scaling.png"} and trees[0] == trees[1]
+    fit = json.loads(trees[0]["fit.json"])
+    assert fit["loss_law"]["E"] > 0 and all(budget["minimum_inside"] for budget in fit["budgets"])
+    key = data["by_label"][f"{PKG}:fit"]["key"]
+    rc, out, err = run_cli(ws, "rerun", "--check", key, store=str(tmp_path / "store-2"))
+    assert rc == 0 and "matches the stored output" in out, f"{out}\n{err}"
