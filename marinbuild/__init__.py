@@ -17,7 +17,7 @@ Imports only point down the layers; `pyproject.toml` states them as import-linte
 contracts, and docs/concepts.md ("Layers of the code") explains them. `session` wires
 the stages together for one command; `provenance` reads back what the store records
 (attempts, history, recipes); `cluster` runs steps on Ray; `api` is the notebook entry
-point: `marinbuild.output(label)`, `marinbuild.metrics(label)`.
+point: `marinbuild.output(label)`, `marinbuild.metrics(label)`, `marinbuild.compare(pattern)`.
 """
 
 from typing import Any
@@ -28,9 +28,9 @@ __all__ = ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    """`marinbuild.output` and `marinbuild.metrics`, imported on first use: `import marinbuild`
-    stays cheap for the CLI."""
-    if name in ("output", "metrics"):
+    """`marinbuild.output`, `marinbuild.metrics` and `marinbuild.compare`, imported on first
+    use: `import marinbuild` stays cheap for the CLI."""
+    if name in ("output", "metrics", "compare"):
         from marinbuild import api
 
         return getattr(api, name)

@@ -1,4 +1,5 @@
-"""The Python API for notebooks and scripts: `marinbuild.output(label)`, `marinbuild.metrics(label)`.
+"""The Python API for notebooks and scripts: `marinbuild.output(label)`, `marinbuild.metrics(label)`,
+`marinbuild.compare(pattern, ...)`.
 
 Both answer for the target's current recipe, from the store, verified, and build nothing
 unless asked (`build=True`): reading results must never start a training run by accident.
@@ -13,6 +14,7 @@ from typing import Any
 from marinbuild.actions.results import NullReporter
 from marinbuild.actions.scheduler import BuildOptions
 from marinbuild.errors import StoreError
+from marinbuild.provenance.compare import Comparison
 from marinbuild.session import Session
 
 
@@ -41,3 +43,20 @@ def metrics(
 ) -> dict[str, Any]:
     """The summary metrics of an ML step (`summary.json` of train_lm, `metrics.json` of eval_lm)."""
     return _session(label, workspace, store, build).metrics(label)
+
+
+def compare(
+    *patterns: str,
+    by: str | None = None,
+    maximize: bool = False,
+    history: bool = False,
+    workspace: str | Path | None = None,
+    store: str | None = None,
+) -> Comparison:
+    """The training runs the patterns name, side by side: a `Comparison` with one row per
+    run (the hyperparameters that differ, final metrics, its evaluations' metrics, the
+    best run by `by`: lowest, or highest with `maximize`), `to_pandas()`, `to_csv()`, and
+    the loss curves (`curves`, `curves_csv()`). `history`: earlier outputs of the same
+    labels too. Builds nothing."""
+    session = Session.open(Path(workspace) if workspace is not None else None, store)
+    return session.compare(patterns, by=by, maximize=maximize, history=history)

@@ -76,6 +76,11 @@ class ClusterError(MarinbuildError):
     """The Ray cluster to run steps on cannot be reached or used."""
 
 
+class AcceleratorMissing(MarinbuildError):
+    """A step to run on this machine asks for an accelerator (a GPU kind, a TPU) it lacks:
+    JAX would fall back to the CPU without a word (actions/accelerators.py)."""
+
+
 class QueryError(MarinbuildError):
     """A query expression that does not parse, or names what does not exist.
 

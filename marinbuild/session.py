@@ -19,13 +19,15 @@ from pathlib import Path
 
 from marinbuild import provenance
 from marinbuild import store as stores
+from marinbuild.actions.accelerators import local_accelerators, missing
 from marinbuild.actions.events import EventStream, Tee
 from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
-from marinbuild.actions.hermetic import StepSettings
+from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
+from marinbuild.actions.resume import resume_point
 from marinbuild.actions.scheduler import BuildOptions, Hooks, Scheduler
-from marinbuild.errors import GraphError, StoreError, StoreReadOnly
+from marinbuild.errors import AcceleratorMissing, GraphError, StoreError, StoreReadOnly
 from marinbuild.hashing import StatCache
 from marinbuild.labels import matches_patterns, parse_label, parse_pattern
 from marinbuild.memo import Memo
@@ -33,7 +35,10 @@ from marinbuild.packages import PackageLoader, Workspace, open_workspace
 from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
 from marinbuild.packages.rule_modules import workspace_rules
 from marinbuild.provenance import rerun
+from marinbuild.provenance.compare import Comparison
+from marinbuild.provenance.compare import compare as compare_runs
 from marinbuild.provenance.explain import Explanation, explain_miss, explain_target, recipe_changes
+from marinbuild.provenance.in_use import InUse, workspaces_in_use
 from marinbuild.provenance.log_tail import HolderLogTail
 from marinbuild.provenance.show import describe, read_metrics
 from marinbuild.query import QueryResult, Universe, run_query
@@ -44,6 +49,19 @@ from marinbuild.targets.rule import Target
 
 def _not_recorded(*args: object) -> None:
     """Where the invocation record goes on a read-only store: nowhere."""
+
+
+def _lacking_accelerators(graph: Graph) -> dict[str, str]:
+    """{label: what it asks for} for each step whose accelerator this machine lacks."""
+    asking = {
+        label: target.resources
+        for label, target in graph.targets.items()
+        if (target.attrs["resources"] or {}).get("accelerator") or target.rule.resources.accelerator
+    }
+    if not asking:
+        return {}  # spare the probe (a process) for the common case
+    machine = local_accelerators()
+    return {label: need for label, resources in asking.items() if (need := missing(resources, machine)) is not None}
 
 
 @dataclass(frozen=True)
@@ -126,13 +144,55 @@ class Session:
         return graph
 
     def build(
-        self, patterns: Sequence[str], options: BuildOptions, reporter: Reporter, events: Path | None = None
+        self,
+        patterns: Sequence[str],
+        options: BuildOptions,
+        reporter: Reporter,
+        events: Path | None = None,
+        allow_cpu: bool = False,
     ) -> BuildResult:
-        """Build; the event stream goes to the store with the invocation record, and to `events`."""
+        """Build; the event stream goes to the store with the invocation record, and to `events`.
+
+        Run here (not on Ray), a step asking for an accelerator this machine lacks is an
+        error before anything runs, unless `allow_cpu`: JAX would quietly use the CPU."""
         graph = self.plan(patterns)
+        lacking = {} if options.executor == "ray" or allow_cpu else _lacking_accelerators(graph)
         if options.dry_run:
-            return self._scheduler(graph, options, reporter).run()
+            return self._annotate_dry_run(graph, self._scheduler(graph, options, reporter).run(), lacking)
+        if lacking:
+            self._refuse_lacking(graph, lacking)
         return self._run_recorded("build", graph, list(patterns), options, reporter, events).result
+
+    def _annotate_dry_run(self, graph: Graph, result: BuildResult, lacking: dict[str, str]) -> BuildResult:
+        """Add to a dry run's reasons what the steps would do besides running: resume from
+        an earlier attempt's checkpoints, or stop the build for want of an accelerator."""
+        for label, item in result.results.items():
+            notes = []
+            if item.status is Status.WOULD_RUN and item.key is not None:
+                point = resume_point(self.store, graph.targets[label].rule, item.key)
+                if point is not None:
+                    notes.append(f"would resume from {point}")
+            if label in lacking and item.status in (Status.WOULD_RUN, Status.PENDING):
+                notes.append(f"needs {lacking[label]}, which this machine lacks: a build here stops unless --allow-cpu")
+            if notes:
+                reason = "; ".join(filter(None, [item.reason, *notes]))
+                result.results[label] = dataclasses.replace(item, reason=reason)
+        return result
+
+    def _refuse_lacking(self, graph: Graph, lacking: dict[str, str]) -> None:
+        """Stop (exit 2) if a step that would run asks for an accelerator this machine lacks."""
+        results = self._dry_run(graph).results
+        to_run = [label for label in lacking if results[label].status in (Status.WOULD_RUN, Status.PENDING)]
+        if not to_run:
+            return
+        shown = "; ".join(f"{label} asks for {lacking[label]}" for label in to_run[:5])
+        more = f" (and {len(to_run) - 5} more)" if len(to_run) > 5 else ""
+        raise AcceleratorMissing(
+            f"{shown}{more}, but this machine has {local_accelerators().describe()}: "
+            "run here, JAX would train on the CPU",
+            hint="run it where the accelerator is, with --executor ray (docs/cluster.md), "
+            "or pass --allow-cpu to run it on this machine anyway",
+        )
 
     def _run_recorded(
         self,
@@ -201,6 +261,7 @@ class Session:
             "command": command,
             "patterns": list(patterns),
             "cwd": os.fspath(self.cwd),
+            "workspace": os.fspath(self.workspace.root),  # which checkout (`cache gc` on a shared store)
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "duration_s": round(time.time() - started, 3),
             "result": outcome,
@@ -215,11 +276,13 @@ class Session:
 
     def step_settings(self, sandbox: bool | None = None) -> StepSettings:
         """How this workspace's steps run (environment, sandbox, default timeout); `sandbox`
-        overrides the setting."""
+        overrides the setting. Steps share this machine's JAX compilation cache, beside its
+        local cache of the store (`.marinbuild/jax-cache`), unless the environment names one."""
         workspace = self.workspace
-        return StepSettings(
-            workspace.action_env, workspace.sandbox if sandbox is None else sandbox, workspace.timeout_s
+        action_env = with_compilation_cache(
+            workspace.action_env, os.environ, workspace.state_dir / COMPILATION_CACHE_DIR
         )
+        return StepSettings(action_env, workspace.sandbox if sandbox is None else sandbox, workspace.timeout_s)
 
     def _scheduler(
         self, graph: Graph, options: BuildOptions, reporter: Reporter, executor: Executor | None = None
@@ -328,7 +391,31 @@ class Session:
         if len(graph.requested) != 1:
             raise GraphError(f"'{label}' names {len(graph.requested)} targets; 'explain' takes one label")
         scheduler = self._dry_scheduler(graph, strict_code)
-        return explain_target(self.cache, scheduler.graph, scheduler.result, scheduler.recipes, graph.requested[0])
+        explanation = explain_target(
+            self.cache, scheduler.graph, scheduler.result, scheduler.recipes, graph.requested[0]
+        )
+        if explanation.status == "would-run" and explanation.key is not None:
+            point = resume_point(self.store, graph.targets[explanation.label].rule, explanation.key)
+            explanation = dataclasses.replace(explanation, resumes_from=point)
+        return explanation
+
+    def compare(
+        self, patterns: Sequence[str], by: str | None = None, maximize: bool = False, history: bool = False
+    ) -> Comparison:
+        """The training runs among the targets the patterns name, side by side, with their
+        evaluations among them; with `history`, their earlier outputs still in the store
+        too (provenance/compare.py). Reads the store, writes nothing."""
+        graph = self.plan(patterns)
+        planned = self._dry_run(graph)
+        return compare_runs(
+            self.cache,
+            graph,
+            planned,
+            workspace_rules(self.workspace),
+            by=by,
+            maximize=maximize,
+            history=history,
+        )
 
     def last_attempt_status(self, key: str) -> str | None:
         """How the newest attempt at `key` ended (`failed`, `succeeded`, ...), if there was one."""
@@ -364,6 +451,13 @@ class Session:
         packages = self.workspace.find_packages("", self._skip_dirs())
         labels = [str(target.label) for package in packages for target in self.loader.package(package).targets.values()]
         return self._current_keys(build_graph(self.loader, labels)) if labels else set()
+
+    def keys_in_use(self) -> tuple[set[str], InUse]:
+        """What `cache gc` keeps: this workspace's current keys, and the key each workspace
+        that built into the store recorded for each target in its newest build of it
+        (provenance/in_use.py), with who those workspaces are."""
+        found = workspaces_in_use(self.store)
+        return self.workspace_keys() | found.keys, found
 
     def pattern_keys(self, patterns: Sequence[str]) -> set[str]:
         """The current keys of the targets the patterns name (not of their dependencies)."""

@@ -1,5 +1,6 @@
-"""Levanter behind `train_lm` and `eval_lm`: its configs built from BUILD attributes, a
-tracker that writes metrics into the step's output, and the runs themselves.
+"""Levanter behind `train_lm` and `eval_lm`: its configs built from BUILD attributes, its
+trackers (the step's metrics file, progress lines, W&B: `rules/levanter_trackers.py`),
+and the runs themselves.
 
 This module imports jax and Levanter, so only a running step (or a benchmark) imports
 it; `rules/lm.py` declares the rules and stays cheap to load. Everything runs offline:
@@ -13,15 +14,15 @@ import os
 # Before transformers/huggingface_hub are imported: a build never reaches the network.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
-os.environ["WANDB_MODE"] = "disabled"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import dataclasses
 import json
+import logging
 import math
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,22 +38,40 @@ from levanter.main import eval_lm as levanter_eval_lm
 from levanter.main import train_lm as levanter_train_lm
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
-from levanter.tracker import Tracker
 from levanter.tracker.tracker import TrackerConfig
 from levanter.trainer import TrainerConfig
 from levanter.utils.activation import ActivationFunctionEnum
-from levanter.utils.jax_utils import jnp_to_python
 
 from marinbuild.targets.context import StepFailed
 from rules import lm_config
+from rules.levanter_optim import RuntimePeakAdamConfig
+from rules.levanter_trackers import (
+    MetricsFileConfig,
+    ProgressFn,
+    ProgressLines,
+    RecordedWandbConfig,
+    StepFn,
+    tracker_fields,
+    wandb_config,
+)
+
+# JAX's persistent compilation cache (marinbuild points JAX_COMPILATION_CACHE_DIR at a
+# directory of this machine): keep every program, however quick to compile. Levanter
+# compiles dozens of small ones before the first step (initialisation, data, evaluation),
+# each under JAX's default threshold of a second, which together cost more than the
+# training step's own compilation on a small model.
+if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 # What a tokenized target provides (the `tokenize` rule's output contract).
 SPLITS = ("train", "validation")
 TOKENIZER_DIR = "tokenizer"
 _FINAL_CHECKPOINT_WAIT_S = 600.0
-# What train_lm writes next to the checkpoint, for eval_lm: the model config and the
-# digest of the tokenizer it was trained with.
+# What train_lm writes next to the checkpoint, for eval_lm: the model config, the digest of
+# the tokenizer it was trained with, and how the training evaluated it (eval_lm's defaults).
 MODEL_FILE = "model.json"
+# eval_lm's batch size for a model whose model.json predates its `evaluation` field.
+_EVAL_BATCH_SIZE = 8
 # Per attempt, beside Levanter's logs: each step's wall-clock time and timing metrics.
 TIMING_FILE = "timing.jsonl"
 # The timestamp written into the published checkpoint's metadata.json in place of the
@@ -62,87 +81,6 @@ CHECKPOINT_TIMESTAMP = "2000-01-01T00:00:00"
 
 
 # -- metrics --------------------------------------------------------------------------------
-
-
-class MetricsFile(Tracker):
-    """A Levanter tracker appending one JSON line per step (all metrics logged at that step).
-
-    Levanter logs a step's metrics in several calls (loss, throughput, evaluation); they
-    are merged and written when the next step starts or the run finishes. Timing (wall
-    clock, durations, rates) goes to a file of its own, apart from the output: `metrics.jsonl`
-    holds only what the recipe determines, so two trainings of one key write the same bytes.
-    """
-
-    name = "marinbuild_metrics"
-
-    def __init__(self, path: Path, timing_path: Path):
-        self.path = path
-        self.timing_path = timing_path
-        timing_path.parent.mkdir(parents=True, exist_ok=True)
-        self.summary: dict[str, Any] = {}
-        self._step: int | None = None
-        self._row: dict[str, Any] = {}
-
-    def log_hyperparameters(self, hparams: dict[str, Any]) -> None:
-        pass  # the recipe in the action-cache entry already records them
-
-    def log(self, metrics: Mapping[str, Any], *, step: int | None, commit: bool | None = None) -> None:
-        if step is None:  # not about a step: a value of the run
-            self.log_summary(metrics)
-            return
-        if step != self._step:
-            self._flush()
-            self._step = step
-        self._row.update({name: _plain(value) for name, value in metrics.items()})
-
-    def log_summary(self, metrics: Mapping[str, Any]) -> None:
-        self.summary.update({name: _plain(value) for name, value in metrics.items()})
-
-    def log_artifact(self, artifact_path: Any, *, name: str | None = None, type: str | None = None) -> None:
-        pass
-
-    def finish(self) -> None:
-        self._flush()
-
-    def _flush(self) -> None:
-        if self._row:
-            timing = {name: value for name, value in self._row.items() if is_timing(name)}
-            values = {name: value for name, value in self._row.items() if name not in timing}
-            _append_row(self.path, {"step": self._step, **values})
-            _append_row(self.timing_path, {"step": self._step, "time": round(time.time(), 3), **timing})
-        self._row = {}
-
-
-def is_timing(name: str) -> bool:
-    """Whether a metric measures the machine rather than the model: Levanter's durations,
-    rates and utilisation (`throughput/duration`, `.../tokens_per_second`, `.../mfu`,
-    `eval/total_time`, `throughput/hook_time`)."""
-    leaf = name.rsplit("/", 1)[-1]
-    return leaf in ("duration", "mfu") or leaf.endswith(("_time", "_per_second"))
-
-
-def _append_row(path: Path, row: dict[str, Any]) -> None:
-    with path.open("a") as file:
-        file.write(json.dumps(row) + "\n")
-
-
-@TrackerConfig.register_subclass("marinbuild_metrics")
-@dataclasses.dataclass
-class MetricsFileConfig(TrackerConfig):
-    path: str = "metrics.jsonl"
-    timing_path: str = "timing.jsonl"
-
-    def init(self, run_id: str | None) -> MetricsFile:
-        self.tracker = MetricsFile(Path(self.path), Path(self.timing_path))
-        return self.tracker
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, jax.Array):
-        value = jnp_to_python(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -250,7 +188,9 @@ def model_config(fields: Mapping[str, Any], tokenizer: Path, tmp: Path) -> Llama
 
 
 def optimizer_config(fields: Mapping[str, Any]) -> AdamConfig:
-    return AdamConfig(**lm_config.resolve("optimizer", fields))
+    """Levanter's AdamW, its learning rate kept in the optimizer state, not compiled into the
+    training step: the runs of a learning-rate sweep share one compiled program."""
+    return RuntimePeakAdamConfig(**lm_config.resolve("optimizer", fields))
 
 
 def trainer_config(
@@ -260,14 +200,17 @@ def trainer_config(
     metrics: Path,
     log_dir: Path,
     distributed: bool = False,
+    trackers: Sequence[TrackerConfig] = (),
+    on_step: StepFn | None = None,
 ) -> TrainerConfig:
-    """Levanter's trainer on whatever devices this process sees, without wandb or a Ray cluster.
+    """Levanter's trainer on whatever devices this process sees, without a Ray cluster.
 
     `trainer` is a `trainer` dict of train_lm (eval_lm makes one too), resolved against
     rules/lm_config.py. Checkpoints go under `checkpoints` every `checkpoint_interval`
     steps and at the last step (so the output always holds the final state), with no run
     id in the path: the next attempt of the same key finds them and resumes. Levanter
-    numbers steps from 0 and never saves at step 0, hence at least 2 steps.
+    numbers steps from 0 and never saves at step 0, hence at least 2 steps. Metrics go to
+    `metrics` (each row also to `on_step`), and to `trackers` (W&B) if any.
     """
     trainer = lm_config.resolve("trainer", trainer)
     steps, batch_size = trainer["steps"], trainer["batch_size"]
@@ -275,11 +218,13 @@ def trainer_config(
     keep = [{"every": every, "until": None}]
     if last % every:
         keep = [{"every": every, "until": last - 1}, {"every": last, "until": None}]
+    metrics_file = MetricsFileConfig(path=str(metrics), timing_path=str(log_dir / TIMING_FILE))
+    metrics_file.on_step = on_step
     return TrainerConfig(
         seed=seed,
         id="train",
         log_dir=log_dir,
-        tracker=MetricsFileConfig(path=str(metrics), timing_path=str(log_dir / TIMING_FILE)),
+        tracker=(metrics_file, *trackers) if trackers else metrics_file,
         num_train_steps=steps,
         train_batch_size=batch_size,
         per_device_eval_parallelism=max(1, batch_size // jax.device_count()),
@@ -307,11 +252,16 @@ def train_config(
     scratch: Path,
     tmp: Path,
     distributed: bool = False,
+    run: RunInfo | None = None,
 ) -> levanter_train_lm.TrainLmConfig:
-    """Levanter's config for a `train_lm` target: checkpoints, metrics and HF exports in `scratch`."""
+    """Levanter's config for a `train_lm` target: checkpoints, metrics and HF exports in
+    `scratch`; with `run`, progress lines, and the W&B tracker the target asks for."""
     attrs = lm_config.resolve_attrs(attrs)
     mixture = attrs["data"]
     weights = dict(zip(sets, mixture.values())) if isinstance(mixture, dict) else {tag: 1.0 for tag in sets}
+    wandb = tracker_fields(attrs.get("tracker"))
+    trackers = [wandb_config(wandb, run.key, run.label)] if wandb is not None and run is not None else []
+    steps = attrs["trainer"]["steps"]
     return levanter_train_lm.TrainLmConfig(
         data=data_config(sets, weights, tokenizer),
         model=model_config(attrs["model"], tokenizer, tmp),
@@ -323,6 +273,8 @@ def train_config(
             _metrics_file(scratch, tmp),
             tmp / "levanter-logs",
             distributed,
+            trackers,
+            None if run is None else ProgressLines(steps, run.progress, run.log),
         ),
         hf_save_path=str(scratch / "hf"),
         hf_save_steps=attrs["trainer"]["steps"],
@@ -336,6 +288,17 @@ def _metrics_file(scratch: Path, tmp: Path) -> Path:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """The step behind a training: its label and key (the W&B run's name and id), and
+    where its progress lines go (`ctx.progress`, `ctx.log`)."""
+
+    label: str
+    key: str
+    progress: ProgressFn | None = None
+    log: logging.Logger | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Trained:
     """What a training attempt reports: `summary` (written to summary.json, determined by
     the recipe) and `measured` (wall time, throughput, where it resumed: for the attempt
@@ -346,19 +309,29 @@ class Trained:
 
 
 def train(
-    attrs: Mapping[str, Any], data: Mapping[str, str], out: Path, scratch: Path, tmp: Path, distributed: bool = False
+    attrs: Mapping[str, Any],
+    data: Mapping[str, str],
+    out: Path,
+    scratch: Path,
+    tmp: Path,
+    distributed: bool = False,
+    run: RunInfo | None = None,
+    started: float | None = None,
 ) -> Trained:
     """Train (or resume) into `scratch`, then write the outputs of `train_lm` into `out`.
 
     `data` maps each input label to its output location (directory or store URL);
     `attrs["data"]` is one of them or a `{label: weight}` mixture. `distributed`: this is
     one process of a multi-host run, already in JAX distributed; `scratch` is shared by
-    all of them.
+    all of them. `started`: when the step's process started (time.time()), for the time
+    to its first step.
     """
-    started = time.time()
+    started = started or time.time()
+    if run is not None and run.log is not None:
+        run.log.info("JAX devices: %s", ", ".join(str(device) for device in jax.devices()))
     attrs = lm_config.resolve_attrs(attrs)  # model.json records the effective model config
     sets, tokenizer = tokenized_sets(data, tmp)
-    config = train_config(attrs, sets, tokenizer, scratch, tmp, distributed)
+    config = train_config(attrs, sets, tokenizer, scratch, tmp, distributed, run)
     checkpoints, exports = scratch / "checkpoints", scratch / "hf"
     last = f"step-{attrs['trainer']['steps'] - 1}"
     metrics = scratch / "metrics.jsonl"
@@ -376,15 +349,33 @@ def train(
     _fix_checkpoint_timestamp(out / "checkpoint" / "metadata.json")
     shutil.copytree(exports / last, out / "hf")
     shutil.copy(metrics, out / "metrics.jsonl")
+    trainer = attrs["trainer"]
+    evaluation = {"batch_size": trainer["batch_size"], "max_batches": trainer["max_eval_batches"]}
     (out / MODEL_FILE).write_text(
-        json.dumps({"model": attrs["model"], "tokenizer_blake3": tokenizer_digest(tokenizer)}, indent=2) + "\n"
+        json.dumps(
+            {"model": attrs["model"], "tokenizer_blake3": tokenizer_digest(tokenizer), "evaluation": evaluation},
+            indent=2,
+        )
+        + "\n"
     )
-    logged = config.trainer.tracker.tracker.summary if not finished else {}
+    trackers = _trackers(config.trainer.tracker)
+    logged = trackers[MetricsFileConfig].tracker.summary if not finished else {}
     parameters = _parameter_count(logged, scratch / "parameter_count.json")
     summary = _train_summary(read_metrics(metrics), parameters)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     measured = _measured(read_metrics(Path(config.trainer.log_dir) / TIMING_FILE), resumed_from, started)
+    # What it trained on: "1 x cpu", "8 x NVIDIA H100 80GB HBM3", "4 x TPU v5 lite".
+    measured["devices"] = f"{jax.device_count()} x {jax.devices()[0].device_kind}"
+    wandb = trackers.get(RecordedWandbConfig)
+    if wandb is not None and hasattr(wandb, "run_info"):  # where it logged: an attempt's fact, not the output's
+        measured["tracker"] = wandb.run_info
     return Trained(summary, measured)
+
+
+def _trackers(tracker: TrackerConfig | Sequence[TrackerConfig]) -> dict[type, Any]:
+    """A trainer's tracker configs by type (Levanter takes one or a tuple)."""
+    configs = tracker if isinstance(tracker, Sequence) else (tracker,)
+    return {type(config): config for config in configs}
 
 
 def _parameter_count(logged: Mapping[str, Any], saved: Path) -> int | None:
@@ -470,6 +461,12 @@ def _measured(timing: list[dict[str, Any]], resumed_from: int | None, started: f
     rates = sorted(row["throughput/tokens_per_second"] for row in trained[1:])
     return {
         "wall_time_s": round(time.time() - started, 2),
+        # From the step's process starting to its first training step done: start-up,
+        # loading, and compiling (which JAX's compilation cache spares a run of known shapes);
+        # and the CPU time the process spent until then, which other work on the machine
+        # does not inflate.
+        "time_to_first_step_s": round(trained[0]["time"] - started, 2) if trained else None,
+        "cpu_to_first_step_s": trained[0].get("process_cpu_s") if trained else None,
         "resumed_from_step": resumed_from,
         "first_step_trained": trained[0]["step"] if trained else None,
         "steps_trained": len(trained),
@@ -488,8 +485,11 @@ def evaluate(model: str, data: Mapping[str, str], attrs: Mapping[str, Any], tmp:
     if trained["tokenizer_blake3"] != tokenizer_digest(tokenizer):
         raise StepFailed("the data sets were tokenized with another tokenizer than the model was trained with")
     metrics = tmp / "metrics.jsonl"
-    # One step's trainer (evaluating every step), through the same schema as train_lm's.
-    trainer = {"steps": 1, "batch_size": attrs["batch_size"], "max_eval_batches": attrs["max_batches"]}
+    # One step's trainer (evaluating every step), through the same schema as train_lm's. By
+    # default in the batches of the training's own evaluation: Levanter's bits per byte is a
+    # mean of each batch's, so other batches give (slightly) other bits per byte.
+    batch_size = attrs["batch_size"] or trained.get("evaluation", {}).get("batch_size") or _EVAL_BATCH_SIZE
+    trainer = {"steps": 1, "batch_size": batch_size, "max_eval_batches": attrs["max_batches"]}
     config = levanter_eval_lm.EvalLmConfig(
         checkpoint_path=f"{model}/checkpoint",
         data=data_config(sets, {tag: 1.0 for tag in sets}, tokenizer),
@@ -497,7 +497,7 @@ def evaluate(model: str, data: Mapping[str, str], attrs: Mapping[str, Any], tmp:
         trainer=trainer_config(trainer, 0, None, metrics, tmp / "levanter-logs"),
     )
     levanter_eval_lm.main(config)
-    config.trainer.tracker.tracker.finish()
+    _trackers(config.trainer.tracker)[MetricsFileConfig].tracker.finish()
     row = read_metrics(metrics)[-1]
 
     def scores(prefix: str) -> dict[str, float]:

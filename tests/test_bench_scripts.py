@@ -78,3 +78,11 @@ def test_the_training_benchmark_runs_both_ways(tmp_path) -> None:
     data = _run("train_overhead.py", tmp_path, "--steps", "8", "--repeats", "1", timeout=600)
     assert len(data["seconds"]["marinbuild"]) == len(data["seconds"]["direct"]) == 1
     assert _positive(data["ratio"])
+
+
+def test_the_compilation_cache_benchmark_trains_without_with_a_cold_and_a_warm_cache(tmp_path) -> None:
+    data = _run("compile_cache.py", tmp_path, "--steps", "4", "--repeats", "1", timeout=900)
+    for variant in ("no cache", "cold cache", "warm cache"):
+        assert _positive(data["median_s"][variant]["first_step_s"]), data
+        assert _positive(data["ratio_to_no_cache"][variant]["first_step_s"])
+    assert data["cache_bytes"] > 0

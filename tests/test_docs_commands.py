@@ -60,6 +60,7 @@ PLACEHOLDERS = {  # a sample value for each placeholder of the synopses
     "DIR": "out",
     "FILE": "events.jsonl",
     "ADDRESS": "auto",
+    "METRIC": "eval.loss",
 }
 
 
@@ -180,9 +181,10 @@ def test_the_docs_show_command_lines() -> None:
     assert ("build", "--executor", "ray", "--ray-address", "HEAD_IP:6379", "--store", "gs://team-bucket/mb") == next(
         command.args[:7] for command in DOC_COMMANDS if command.file == "docs/cluster.md"
     )
-    # The README's commands are those the run below covers, and the report's (test_report.py).
+    # The README's commands are those the run below covers, the report's (test_report.py) and
+    # compare's, which needs training runs (test_compare.py).
     readme = {command.args[0] for command in DOC_COMMANDS if command.file == "README.md"} & set(cli.commands)
-    assert readme == {*README_COMMANDS, "report", "serve"}, readme
+    assert readme == {*README_COMMANDS, "report", "serve", "compare"}, readme
     assert len(DOC_COMMANDS) > 60
 
 

@@ -124,6 +124,31 @@ def test_the_sandbox_is_a_workspace_setting(make_workspace):
     assert statuses(build_json(ws, "--no-sandbox", "//pkg:writer")) == {"//pkg:writer": "built"}
 
 
+JAX_CACHE = {
+    "pkg/BUILD.marin": """
+        genrule(
+            name = "compiles",
+            outs = ["c.txt"],
+            cmd = "echo $$JAX_COMPILATION_CACHE_DIR > $@; touch $$JAX_COMPILATION_CACHE_DIR/program",
+        )
+    """,
+}
+
+
+def test_steps_share_this_machines_compilation_cache_writable_in_the_sandbox_and_in_no_key(make_workspace):
+    ws = make_workspace(JAX_CACHE)
+    built = build_json(ws, "--sandbox", "//pkg:compiles")
+    cache = ws / ".marinbuild" / "jax-cache"
+    key = built["by_label"]["//pkg:compiles"]["key"]
+    assert (ws / "cache" / "out" / key[:2] / key / "c.txt").read_text().strip() == str(cache)
+    assert (cache / "program").exists()
+    [record] = attempt_records(ws / "cache", key)
+    assert record["environment"]["JAX_COMPILATION_CACHE_DIR"] == str(cache)
+    # Another machine's (or the user's own) cache directory is not another recipe.
+    rc, out, err = _cli(ws, "build", "--dry-run", "--json", "//pkg:compiles", JAX_COMPILATION_CACHE_DIR="/elsewhere")
+    assert rc == 0 and keys(json.loads(out)) == {"//pkg:compiles": key}, err
+
+
 # -- timeouts -------------------------------------------------------------------------------
 
 SLEEPER = {

@@ -282,7 +282,12 @@ def test_the_resolved_configs_build_levanters_configs(tmp_path: Path) -> None:
         LlamaConfig(**partial), tokenizer=model.tokenizer, reference_checkpoint=model.reference_checkpoint
     )
     assert levanter_lm.model_config(lm_config.resolve("model", partial), tokenizer, tmp_path) == model
-    assert levanter_lm.optimizer_config({"learning_rate": 1e-3}) == AdamConfig(learning_rate=1e-3)
+    # Levanter's AdamW, field for field; its learning rate is kept in the optimizer state
+    # (rules/levanter_optim.py), so the class is a subclass.
+    optimizer = levanter_lm.optimizer_config({"learning_rate": 1e-3})
+    assert isinstance(optimizer, AdamConfig) and dataclasses.asdict(optimizer) == dataclasses.asdict(
+        AdamConfig(learning_rate=1e-3)
+    )
     trainer = levanter_lm.trainer_config({"steps": 10, "batch_size": 4}, 0, None, tmp_path / "m", tmp_path / "logs")
     assert (trainer.num_train_steps, trainer.train_batch_size, trainer.steps_per_eval) == (10, 4, 10)
     assert trainer.max_eval_batches is None
@@ -293,3 +298,36 @@ def test_the_docs_list_every_field() -> None:
     section = text[text.index("### train_lm(") : text.index("### eval_lm(")]
     for field in (*lm_config.MODEL_FIELDS, *lm_config.OPTIMIZER_FIELDS, *lm_config.TRAINER_FIELDS):
         assert f"`{field.name}`" in section, f"docs/rules.md does not list {field.name}"
+
+
+def test_the_learning_rate_is_a_value_of_the_optimizer_state_not_of_the_program() -> None:
+    """A learning-rate sweep compiles its training step once (JAX's compilation cache
+    serves the other rates): the rate is read from the optimizer state, and the schedule
+    gives Levanter's values, bit for bit."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from levanter.optim import AdamConfig
+
+    from rules import levanter_lm
+
+    params = {"w": jnp.ones((4, 3))}
+    grads = {"w": jnp.full((4, 3), 0.5)}
+
+    def lowered(learning_rate: float) -> str:
+        optimizer = levanter_lm.optimizer_config({"learning_rate": learning_rate}).build(100)
+        state = optimizer.init(params)
+        return jax.jit(lambda grads, state: optimizer.update(grads, state, params)).lower(grads, state).as_text()
+
+    assert lowered(1e-3) == lowered(3e-2)
+
+    fields = {"learning_rate": 3e-3, "warmup": 0.1, "lr_schedule": "cosine", "min_lr_ratio": 0.1}
+    ours = levanter_lm.optimizer_config(fields).build(50)
+    levanters = AdamConfig(**lm_config.resolve("optimizer", fields)).build(50)
+    state_ours, state_levanters = ours.init(params), levanters.init(params)
+    for _step in range(50):
+        update_ours, state_ours = jax.jit(ours.update)(grads, state_ours, params)
+        update_levanters, state_levanters = jax.jit(levanters.update)(grads, state_levanters, params)
+        assert state_ours.hyperparams["learning_rate"] == state_levanters.hyperparams["learning_rate"]
+        assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), update_ours, update_levanters))
+    assert isinstance(optax.tree.get(state_ours, "peak"), jax.Array)

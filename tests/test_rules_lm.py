@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -170,8 +171,14 @@ def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
         os.killpg(build.pid, signal.SIGKILL)
         build.wait()
 
+    # Every command says the next build resumes, before it runs.
+    rc, out, err = run_cli(ws, "build", "--dry-run", f"{PKG}:model")
+    assert rc == 0 and re.search(rf"would-run {PKG}:model .*would resume from the checkpoint at step \d+", out), out
+    rc, out, err = run_cli(ws, "explain", f"{PKG}:model")
+    assert rc == 0 and "would resume from the checkpoint at step" in out, out
     data = _build(ws, f"{PKG}:model")
     assert statuses(data)[f"{PKG}:model"] == "built"
+    assert re.search(rf"resuming {PKG}:model from the checkpoint at step \d+", data["stderr"]), data["stderr"]
     model = _output(data, f"{PKG}:model")
     rc, out, err = run_cli(ws, "show", "--json", f"{PKG}:model")
     assert rc == 0, err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 import pytest
 from conftest import build_json, run_cli, statuses
@@ -147,3 +148,23 @@ def test_python_api_output_and_metrics(make_workspace):
     (path / "words.txt").write_text("tampered\n")
     with pytest.raises(GraphError, match="does not match its manifest"):
         marinbuild.output("//p:words", workspace=ws)  # verified, never served corrupt
+
+
+def test_git_dirty_counts_files_git_does_not_track(make_workspace):
+    """An experiment's BUILD file not yet added to git is not in the commit either: the
+    build is dirty. marinbuild's own state and a store inside the workspace do not count."""
+    ws = make_workspace({"p/BUILD.marin": 'genrule(name = "x", outs = ["x.txt"], cmd = "echo x > $@")\n'})
+    (ws / ".gitignore").write_text("")  # the store and .marinbuild/ are not ignored
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=ws, check=True)
+    subprocess.run([*git, "add", "marinbuild.toml", ".gitignore"], cwd=ws, check=True)
+    subprocess.run([*git, "commit", "-qm", "settings"], cwd=ws, check=True)
+    build_json(ws, "//p:x")
+    assert show(ws, "//p:x")["provenance"]["git_dirty"] is True  # p/BUILD.marin is untracked
+
+    subprocess.run([*git, "add", "p"], cwd=ws, check=True)
+    subprocess.run([*git, "commit", "-qm", "experiment"], cwd=ws, check=True)
+    (ws / "p/BUILD.marin").write_text('genrule(name = "x", outs = ["x.txt"], cmd = "echo y > $@")\n')
+    subprocess.run([*git, "commit", "-qam", "edit"], cwd=ws, check=True)
+    build_json(ws, "//p:x")  # cache/ and .marinbuild/ are untracked, and do not count
+    assert show(ws, "//p:x")["provenance"]["git_dirty"] is False

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.hermetic import sandbox_command
+from marinbuild.actions.hermetic import compilation_cache, sandbox_command
 from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.store import AttemptStatus, Staging, Uploaded
 from marinbuild.store.manifest import Manifest, OutputError, hash_tree
@@ -85,8 +85,9 @@ class StepRun:
     """A step's context over a staging directory, and the one way of running it.
 
     `env` is the environment of its processes (`hermetic.step_environment`); `sandbox`
-    runs them under bubblewrap, with only the staging directory and the scratch
-    writable; `timeout_s` stops the run as `timed_out` once it has run that long."""
+    runs them under bubblewrap, with only the staging directory, the scratch and the JAX
+    compilation cache `env` names writable; `timeout_s` stops the run as `timed_out` once
+    it has run that long."""
 
     def __init__(
         self,
@@ -106,6 +107,10 @@ class StepRun:
         self.staging = staging
         self.timeout_s = timeout_s
         writable = [staging.root, *([scratch] if scratch is not None else [])]
+        cache = compilation_cache(env) if sandbox else None
+        if cache is not None:  # JAX writes the programs it compiles there (hermetic.py)
+            cache.mkdir(parents=True, exist_ok=True)
+            writable.append(cache)
         # What the step reads: the workspace (its sources, rule code), its inputs, Python.
         readable = [workspace, *(files.root for files in inputs.values() if files.root is not None)]
         readable += [Path(sys.prefix), Path(sys.base_prefix)]

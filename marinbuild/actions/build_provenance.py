@@ -64,4 +64,20 @@ class Provenance:
         commit = git("rev-parse", "HEAD")
         if commit is None:
             return {"git_commit": None}
-        return {"git_commit": commit, "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+        changed = bool(git("status", "--porcelain", "--untracked-files=no"))
+        # A file git does not track (a new BUILD file, a py_step's script) is not in the
+        # commit either: the build is not reproducible from it.
+        untracked = git("ls-files", "--others", "--exclude-standard", "--directory", "--no-empty-directory", "--", ".")
+        return {"git_commit": commit, "git_dirty": changed or bool(_untracked(self.workspace, untracked or ""))}
+
+
+def _untracked(workspace: Path, listing: str) -> list[str]:
+    """The workspace's untracked files and directories (git lists a directory once), less
+    marinbuild's own: its machine state and a store kept in the workspace, ignored or not."""
+    found = []
+    for line in listing.splitlines():
+        path = workspace / line.rstrip("/")
+        if line.startswith(".marinbuild/") or (path / "store.json").is_file():
+            continue
+        found.append(line)
+    return found

@@ -10,7 +10,8 @@ holds does not change what it computes).
 The sandbox (`--sandbox`, or `sandbox = true` in the workspace) runs every process of a
 step in Linux namespaces with bubblewrap: the whole file system read-only except the
 step's staging directory (its outputs, working directory and log), its scratch space,
-and a private `/tmp`, so a step that writes into the workspace or anywhere else fails.
+the machine's JAX compilation cache, and a private `/tmp`, so a step that writes into the
+workspace or anywhere else fails.
 Bazel's linux-sandbox is the model; the network is kept, because steps read the store.
 """
 
@@ -60,6 +61,12 @@ _PASSED = frozenset(
 _PASSED_PREFIXES = ("LC_", "JAX_", "XLA_", "CUDA_", "NVIDIA_", "NCCL_", "TPU_", "LIBTPU_", "MEGASCALE_", "TF_CPP_")
 # Values never written into an attempt record.
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+# JAX's persistent compilation cache: programs compiled by one step are loaded, not
+# compiled again, by the next step of the same shapes on this machine (a sweep's runs).
+# Each machine keeps its own, beside its local cache of the store; it is never part of a
+# key (compiling is not what a step computes), and it stays writable in the sandbox.
+COMPILATION_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+COMPILATION_CACHE_DIR = "jax-cache"
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,22 @@ def step_environment(builder: Mapping[str, str], declared: Iterable[str]) -> dic
         elif name in builder:
             env[name] = builder[name]
     return env
+
+
+def with_compilation_cache(action_env: Sequence[str], builder: Mapping[str, str], directory: Path) -> tuple[str, ...]:
+    """`action_env` with JAX's compilation cache set to `directory` (a machine-local
+    directory), unless the builder's environment or `action_env` already says where it is."""
+    named = {item.partition("=")[0] for item in action_env}
+    if COMPILATION_CACHE_ENV in builder or COMPILATION_CACHE_ENV in named:
+        return tuple(action_env)
+    return (*action_env, f"{COMPILATION_CACHE_ENV}={directory}")
+
+
+def compilation_cache(env: Mapping[str, str] | None) -> Path | None:
+    """The local directory of JAX's compilation cache a step's environment names, if any
+    (a `gs://` cache is JAX's own business)."""
+    value = (env or {}).get(COMPILATION_CACHE_ENV)
+    return Path(value) if value and "://" not in value else None
 
 
 def recorded_environment(env: Mapping[str, str]) -> dict[str, str]:

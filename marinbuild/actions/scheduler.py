@@ -32,6 +32,7 @@ from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, i
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.hermetic import StepSettings, recorded_environment, step_environment
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
+from marinbuild.actions.resume import resume_point
 from marinbuild.errors import StoreReadOnly, StoreUnavailable
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, reporting_transfers
 from marinbuild.store.live_sync import syncing
@@ -396,6 +397,9 @@ class Scheduler:
                 self.reporter.warning(
                     f"{label}: resuming from {restored} checkpoint files left in the store by an earlier attempt"
                 )
+        point = resume_point(self.cache.store, planned.target.rule, key) if scratch is not None else None
+        if point is not None:
+            self.reporter.warning(f"resuming {label} from {point}")
         for name, record in attempt.record["inputs"].items():
             if "source" in record:
                 self.cache.put_blob(attempt, self.graph.sources[name].path, record["source"])

@@ -9,7 +9,7 @@ from rich.live import Live
 from rich.text import Text
 
 from marinbuild.actions.results import BuildResult, Status, TargetResult
-from marinbuild.cli.progress import PlainReporter
+from marinbuild.cli.progress import PlainReporter, progress_text
 
 _STYLE = {Status.BUILT: "green", Status.FAILED: "bold red", Status.SKIPPED: "yellow", Status.CACHED: "dim"}
 
@@ -52,10 +52,10 @@ class LiveReporter(PlainReporter):
             self.running[label] = (time.monotonic(), "")
 
     def step_progress(self, label: str, done: float, total: float | None, unit: str) -> None:
-        text = f"{done:g}/{total:g} {unit}" if total else f"{done:g} {unit}"
+        text = progress_text(done, total, unit)
         with self._lock:
             if label in self.running:
-                self.running[label] = (self.running[label][0], text.strip())
+                self.running[label] = (self.running[label][0], text)
 
     def step_finished(self, result: TargetResult) -> None:
         with self._lock:

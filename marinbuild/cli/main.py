@@ -11,6 +11,7 @@ import json
 import math
 import os
 import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from click.core import ParameterSource
 import marinbuild
 from marinbuild import provenance
 from marinbuild import report as report_pages
+from marinbuild import store as stores
 from marinbuild.actions.results import Reporter
 from marinbuild.actions.scheduler import BuildOptions
 from marinbuild.cli import records
@@ -225,6 +227,12 @@ def _is_subtraction(arg: str) -> bool:
     help="Run each step's processes with the file system read-only but its own outputs and /tmp "
     "(default: the workspace's 'sandbox' setting).",
 )
+@click.option(
+    "--allow-cpu",
+    is_flag=True,
+    help="Run steps that ask for a GPU or TPU this machine lacks anyway (JAX then uses the CPU); "
+    "without it such a step stops a local build.",
+)
 @click.pass_context
 @_handles_errors
 def build(
@@ -242,6 +250,7 @@ def build(
     strict_code: bool,
     events: Path | None,
     sandbox: bool | None,
+    allow_cpu: bool,
 ) -> None:
     """Build the targets matched by PATTERNS (`//pkg:name`, `//pkg:all`, `//pkg/...`, `-PATTERN`)."""
     session = _session(ctx)
@@ -264,7 +273,7 @@ def build(
     # Ray's driver prints what its workers report (a worker died...) on sys.stdout, which
     # holds only results here: send it to stderr, with the rest of the build's chatter.
     with contextlib.redirect_stdout(sys.stderr) if executor == "ray" else contextlib.nullcontext():
-        result = session.build(patterns, options, reporter, events)
+        result = session.build(patterns, options, reporter, events, allow_cpu)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     elif dry_run:
@@ -432,6 +441,56 @@ def history(ctx: click.Context, patterns: tuple[str, ...], limit: int, show_cach
 @cli.command(cls=_BuildCommand)
 @click.argument("patterns", nargs=-1, required=True)
 @click.option(
+    "--by",
+    metavar="METRIC",
+    help="Mark the best run by this metric (e.g. eval.loss, eval_loss): the lowest, or the highest with --max.",
+)
+@click.option("--max", "maximize", is_flag=True, help="With --by: the best run has the highest value.")
+@click.option("--history", is_flag=True, help="Also the earlier outputs of the same targets still in the store.")
+@click.option("--curves", is_flag=True, help="Print the loss curves instead of the table (a terminal plot, or --csv).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+@_handles_errors
+def compare(
+    ctx: click.Context,
+    patterns: tuple[str, ...],
+    by: str | None,
+    maximize: bool,
+    history: bool,
+    curves: bool,
+    as_csv: bool,
+    as_json: bool,
+) -> None:
+    """Compare the training runs among PATTERNS' targets: one row per run, with the
+    hyperparameters that differ between them, their final metrics and their evaluations'
+    (the targets among PATTERNS that read them). Reads the store; builds nothing."""
+    if as_csv and as_json:
+        raise click.UsageError("--csv and --json exclude each other")
+    comparison = _session(ctx).compare(patterns, by=by, maximize=maximize, history=history)
+    for note in comparison.notes if as_csv or as_json else ():
+        click.echo(f"marinbuild: note: {note}", err=True)
+    if curves:
+        if as_csv:
+            click.echo(comparison.curves_csv(), nl=False)
+        elif as_json:
+            click.echo(json.dumps([dataclasses.asdict(curve) for curve in comparison.curves], indent=2))
+        else:
+            from marinbuild.cli.plot import plot_lines
+
+            click.echo("\n".join(plot_lines(comparison.curves)))
+        return
+    if as_csv:
+        click.echo(comparison.to_csv(), nl=False)
+    elif as_json:
+        click.echo(json.dumps(comparison.to_json(), indent=2))
+    else:
+        click.echo("\n".join(records.comparison_lines(comparison)))
+
+
+@cli.command(cls=_BuildCommand)
+@click.argument("patterns", nargs=-1, required=True)
+@click.option(
     "--output",
     "-o",
     "out",
@@ -550,9 +609,20 @@ def cache_verify(ctx: click.Context, patterns: tuple[str, ...]) -> None:
 @click.pass_context
 @_handles_errors
 def cache_gc(ctx: click.Context, dry_run: bool, grace: str) -> None:
-    """Remove what no target of the workspace, pin, recent invocation or held lease uses."""
+    """Remove what no target of the workspace, no workspace's newest build, pin, recent
+    invocation or held lease uses."""
     session = _session(ctx)
-    report = maintenance.collect_garbage(session.cache, session.workspace_keys(), _duration_s(grace), dry_run)
+    keep, in_use = session.keys_in_use()
+    others = in_use.workspaces - {(socket.gethostname(), os.fspath(session.workspace.root))}
+    if others or stores.parse_store_url(session.store_url).local_directory is None:
+        click.echo(
+            f"WARNING: {session.store.url} is shared ({len(others)} other workspaces have built into it): "
+            "gc keeps this workspace's current outputs and what each workspace's newest build of each "
+            f"target used ({len(in_use.keys)} keys); an output that no recorded build used (only read, or "
+            "built by a reader who may not write) is not protected: pin it (docs/store.md)",
+            err=True,
+        )
+    report = maintenance.collect_garbage(session.cache, keep, _duration_s(grace), dry_run)
     for experiment, size in sorted(report.bytes_by_experiment.items()):
         click.echo(f"  {experiment}: {size:,} bytes")
     verb = "would remove" if dry_run else "removed"

@@ -1,11 +1,13 @@
-"""How `log`, `history` and `explain` print what the store records."""
+"""How `log`, `history`, `explain`, `show` and `compare` print what the store records."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from marinbuild.actions.keys import short
 from marinbuild.provenance import AttemptRecord, HistoryItem
+from marinbuild.provenance.compare import Comparison
 from marinbuild.provenance.explain import Explanation
 
 
@@ -63,6 +65,11 @@ def history_lines(items: list[HistoryItem]) -> list[str]:
 
 def explanation_lines(explanation: Explanation, indent: str = "") -> list[str]:
     lines = [f"{indent}{explanation.label}: {explanation.summary}"]
+    if explanation.resumes_from:
+        lines.append(
+            f"{indent}  would resume from {explanation.resumes_from}: an earlier attempt at this key left it "
+            "in its scratch space"
+        )
     if explanation.key:
         lines.append(f"{indent}  key {explanation.key}")
     if explanation.changes:
@@ -132,3 +139,73 @@ def _input_lines(inputs: dict, indent: str) -> list[str]:
             )
             lines += _input_lines(made_by["recipe"]["inputs"], indent + "  ")
     return lines
+
+
+def _cell(value: Any) -> str:
+    """A table cell: floats to 4 significant digits, ints with separators, booleans as yes/no."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if 1e3 <= abs(value) < 1e6 else f"{value:.4g}"
+    return str(value)
+
+
+# Columns of a comparison that describe the run's output rather than measure it.
+_RUN_COLUMNS = ("run", "key", "current", "built")
+
+
+def comparison_lines(comparison: Comparison) -> list[str]:
+    """The runs as an aligned table, the best one marked `*`, then what every run shares:
+    metrics equal in every row (steps, tokens, parameters of a learning-rate sweep) are
+    said once below it rather than repeated (`--csv` and `--json` keep every column)."""
+    rows = comparison.rows
+    constant = {
+        name: rows[0].get(name)
+        for name in comparison.columns
+        if len(rows) > 1
+        and name not in (*_RUN_COLUMNS, "best", comparison.by)
+        and len({json.dumps(row.get(name)) for row in rows}) == 1
+    }
+    columns = [name for name in comparison.columns if name != "best" and name not in constant]
+    cells = [[_cell(row.get(name)) for name in columns] for row in comparison.rows]
+    widths = [max(len(name), *(len(row[index]) for row in cells)) for index, name in enumerate(columns)]
+    numeric = [
+        all(isinstance(row.get(name), (int, float)) or row.get(name) is None for row in comparison.rows)
+        and not all(row.get(name) is None for row in comparison.rows)
+        for name in columns
+    ]
+
+    def line(marker: str, values: list[str]) -> str:
+        aligned = (
+            value.rjust(width) if is_number else value.ljust(width)
+            for value, width, is_number in zip(values, widths, numeric)
+        )
+        return f"{marker} " + "  ".join(aligned).rstrip()
+
+    lines = [line(" ", columns)]
+    lines += [line("*" if row.get("best") else " ", values) for row, values in zip(comparison.rows, cells)]
+    if comparison.by:
+        best = comparison.best
+        order = "highest" if comparison.maximize else "lowest"
+        lines.append(
+            f"* best by {comparison.by} ({order}): {best['run']} ({best['key']})"
+            if best
+            else f"no run has {comparison.by}"
+        )
+    if constant:
+        lines.append(f"same in every run: {_shared_text(constant)}")
+    if comparison.shared:
+        lines.append(
+            f"{len(comparison.shared)} hyperparameters are the same in every run"
+            + (f" ({_shared_text(comparison.shared)})" if len(comparison.shared) <= 6 else "; --json lists them")
+        )
+    lines += [f"note: {note}" for note in comparison.notes]
+    return lines
+
+
+def _shared_text(shared: dict[str, Any]) -> str:
+    return ", ".join(f"{name} = {_cell(value)}" for name, value in shared.items())

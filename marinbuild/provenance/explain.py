@@ -39,6 +39,8 @@ class Explanation:
     code_changed: bool = False
     ingredients: tuple[str, ...] = ()
     upstream: tuple[Explanation, ...] = ()  # for a pending target: the dependencies that would run
+    # For a resumable step that would run: where it would resume ("the checkpoint at step 10").
+    resumes_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,6 +53,7 @@ class Explanation:
             "code_changed": self.code_changed,
             "ingredients": list(self.ingredients),
             "upstream": [item.to_json() for item in self.upstream],
+            "resumes_from": self.resumes_from,
         }
 
 

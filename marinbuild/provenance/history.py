@@ -4,7 +4,10 @@ An invocation record is written when a build starts (`result: running`, every ta
 `pending`) and rewritten when it ends (`succeeded`, `failed`, `interrupted`), with every
 target's status, key and, for the steps that ran, the id of their attempt. A build
 killed outright leaves its record `running`; read on the machine it ran on, whose
-process table says it is gone, it reads `abandoned`.
+process table says it is gone, it reads `abandoned`. The targets an interrupted or
+abandoned build's record still lists as `pending` are read from the attempts it made:
+what it published reads `built` (a build killed outright never wrote that into its
+record), the step it was running when stopped `cancelled` or `abandoned`.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from marinbuild.provenance.attempts import AttemptRecord, read_attempt
-from marinbuild.store import Records, Store
+from marinbuild.provenance.attempts import AttemptRecord, label_attempts, read_attempt
+from marinbuild.store import AttemptStatus, Records, Store
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,34 @@ def read_invocation(store: Store, invocation_id: str) -> Invocation | None:
         return None
     if record.get("result") == "running" and _builder_gone(invocation_id, record):
         record = {**record, "result": "abandoned"}
+    if record.get("result") in _CUT_SHORT:
+        record = _settle(store, invocation_id, record)
     return Invocation(invocation_id, record)
+
+
+# Builds that ended before every step they started could report its end to the record.
+_CUT_SHORT = ("interrupted", "abandoned")
+
+
+def _settle(store: Store, invocation_id: str, record: dict[str, Any]) -> dict[str, Any]:
+    """An interrupted or abandoned build's record, with what it did to the targets it still
+    lists as `pending`, read from the attempts it made: a step it published (which a build
+    killed outright never wrote into its record), one it was running when stopped
+    (`cancelled`, or `abandoned` when its builder died). Counts follow."""
+    targets = [dict(item) for item in record.get("targets", [])]
+    pending = [item for item in targets if item.get("status") == "pending"]
+    if not pending:
+        return record
+    counts = dict(record.get("counts", {}))
+    for item in pending:
+        made = [attempt for attempt in label_attempts(store, item["label"]) if attempt.invocation == invocation_id]
+        if not made:
+            continue
+        attempt = made[-1]
+        status = "built" if attempt.status is AttemptStatus.SUCCEEDED else attempt.status.value
+        item.update(status=status, key=attempt.key, attempt=attempt.attempt_id)
+        counts[status] = counts.get(status, 0) + 1
+    return {**record, "targets": targets, "counts": counts}
 
 
 def _builder_gone(invocation_id: str, record: dict[str, Any]) -> bool:

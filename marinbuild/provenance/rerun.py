@@ -126,7 +126,15 @@ def recipe_graph(cache: ActionCache, rules: Mapping[str, Rule], key: str, source
             else:
                 add(stored_recipe(cache, record["key"]))
         location = Location(f"(the recipe of {short(recipe.key)} in {cache.store.url})", 0)
-        graph.targets[recipe.label] = Target(label, rule, recipe.attrs, location)
+        # An attribute the rule gained since the recipe was recorded (train_lm's `tracker`)
+        # takes its default, as in a BUILD file that leaves it out.
+        added = {
+            name: attr.default
+            for name, attr in rule.all_attrs.items()
+            if name not in recipe.attrs and not attr.mandatory
+        }
+        attrs = {**added, **recipe.attrs}
+        graph.targets[recipe.label] = Target(label, rule, attrs, location)
         graph.deps[recipe.label] = list(recipe.inputs)
         graph.order.append(recipe.label)  # after its dependencies
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.hashing import digest_bytes
+from marinbuild.provenance.compare import evaluation_prefixes
+from marinbuild.provenance.compare import hyperparameters as run_hyperparameters
 from marinbuild.report import diagram, plots
 from marinbuild.report.collect import SUMMARY_FILE, AttemptView, OutputFile, Report, StepReport, StepStatus
 
@@ -159,34 +161,21 @@ def _duration(seconds: float | None) -> str:
 # -- runs: hyperparameters, final metrics, curves --------------------------------------------
 
 
-def _flatten(prefix: str, value: Any) -> Iterable[tuple[str, Any]]:
-    if isinstance(value, dict):
-        for name in value:
-            yield from _flatten(f"{prefix}.{name}" if prefix else name, value[name])
-    elif isinstance(value, (str, int, float, bool)) or value is None:
-        yield prefix, value
-    else:
-        yield prefix, json.dumps(value)
-
-
 def hyperparameters(step: StepReport) -> dict[str, Any]:
-    """A run's identity attributes that name no other target, flattened (model.hidden_dim...)."""
-    rule, attrs = step.target.rule, step.target.attrs
-    found: dict[str, Any] = {}
-    for name, attr in rule.attrs.items():
-        if attr.identity and not attr.type.labels(attrs[name]):
-            found.update(_flatten(name, attrs[name]))
-    return found
+    """A run's identity attributes that name no other target, flattened (model.hidden_dim...),
+    as `marinbuild compare` shows them."""
+    return run_hyperparameters(step.target.rule, step.target.attrs)
 
 
 # What the attempt that built a run measured (`ctx.measure`), shown in the runs table.
 MEASURED_COLUMNS = ("tokens_per_s", "wall_time_s")
 
 
-def final_metrics(report: Report, step: StepReport) -> dict[str, Any]:
+def final_metrics(report: Report, step: StepReport, prefixes: dict[str, str] | None = None) -> dict[str, Any]:
     """The run's summary.json numbers (else the last value of each loss in metrics.jsonl),
     the speed its building attempt measured, then the numbers of each evaluation
-    (metrics.json) built on it."""
+    (metrics.json) built on it, under the prefix its kind of evaluation shares with the
+    other runs' (`eval.loss`: `evaluation_prefixes`)."""
     summary = step.json_file(SUMMARY_FILE)
     found: dict[str, Any] = {}
     if isinstance(summary, dict):
@@ -199,9 +188,24 @@ def final_metrics(report: Report, step: StepReport) -> dict[str, Any]:
     for dependent in step.dependents:
         metrics = report.steps[dependent].json_file("metrics.json")
         if isinstance(metrics, dict):
-            name = dependent.rsplit(":", 1)[-1]
+            name = (prefixes or {}).get(dependent, "eval")
             found.update((f"{name}.{metric}", value) for metric, value in metrics.items() if _is_number(value))
     return found
+
+
+def _evaluation_prefixes(report: Report, runs: list[StepReport]) -> dict[str, str]:
+    """The column prefix of each evaluation of the runs: one set of columns per kind of
+    evaluation (provenance/compare.py), not one per evaluation target."""
+    evaluations = {
+        dependent: report.steps[dependent].target
+        for step in runs
+        for dependent in step.dependents
+        if report.steps[dependent].json_file("metrics.json") is not None
+    }
+    return evaluation_prefixes(
+        {label: (target.rule.name, target.rule, dict(target.attrs)) for label, target in evaluations.items()},
+        [step.label for step in runs],
+    )
 
 
 def _is_number(value: Any) -> bool:
@@ -216,7 +220,8 @@ def _runs_section(report: Report) -> str:
             '<p class="meta">No built step of the selection has a metrics.jsonl.</p></section>'
         )
     params = {step.label: hyperparameters(step) for step in runs}
-    metrics = {step.label: final_metrics(report, step) for step in runs}
+    prefixes = _evaluation_prefixes(report, runs)
+    metrics = {step.label: final_metrics(report, step, prefixes) for step in runs}
     param_names = list(dict.fromkeys(name for found in params.values() for name in found))
     metric_names = list(dict.fromkeys(name for found in metrics.values() for name in found))
     # The table shows the hyperparameters that differ between runs; those they share are said once above it.

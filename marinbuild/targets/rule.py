@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,6 +174,10 @@ class Rule:
     # For a step whose bytes are not reproducible (training): `rerun --check` compares these
     # metrics, each within its relative tolerance, instead of the output bytes.
     check_metrics: Mapping[str, float] | None = None
+    # For a resumable rule: given the files of a key's scratch space (paths relative to it),
+    # where a new attempt would resume, in words ("the checkpoint at step 10"); None: from
+    # the start. `build`, `build --dry-run` and `explain` say so.
+    resume_point: Callable[[Sequence[str]], str | None] | None = None
     all_attrs: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

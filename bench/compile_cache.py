@@ -1,0 +1,150 @@
+"""Time to first step with JAX's persistent compilation cache: a sweep's second run.
+
+Builds the tutorial's data (corpus, tokenizer, token caches) once, untimed, in a fresh
+workspace. Then, for each repetition, it trains the tutorial's model three times with
+`marinbuild build //exp:model`, each with a learning rate of its own (so marinbuild
+never finds the run in its cache) and the same shapes:
+
+- no cache: JAX_COMPILATION_CACHE_DIR set empty, which turns JAX's cache off: every
+  program is compiled, as before marinbuild kept a cache (the baseline; first in even
+  repetitions, last in odd ones);
+- cold cache: marinbuild's cache directory (`.marinbuild/jax-cache`) emptied first: every
+  program is compiled, and written to the cache;
+- warm cache: right after the cold run, another learning rate: the programs are loaded.
+
+Each training's `time_to_first_step_s` (from its step's process starting to its first
+step done), `cpu_to_first_step_s` (the CPU time that process spent until then, which
+other work on the machine does not inflate; both recorded by the attempt, `marinbuild
+show --json`) and the whole command's wall time are taken; the figures are the medians'
+ratios against the no-cache runs.
+
+Usage: ``python bench/compile_cache.py [--steps N] [--repeats R] [--workdir DIR] [--json-out FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib
+from train_overhead import CONFIG, DATA, REPO, attrs, model_target
+
+VARIANTS = ("no cache", "cold cache", "warm cache")
+CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=120, help="training steps (default: %(default)s, the tutorial's)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each (default: %(default)s)")
+    parser.add_argument("--workdir", type=Path, help="work in this new or empty dir and keep it")
+    parser.add_argument("--json-out", type=Path, help="also write the results here")
+    return parser.parse_args()
+
+
+def marinbuild(ws: Path, env: dict[str, str], *args: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), *args],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if done.returncode != 0:
+        raise benchlib.BenchError(f"marinbuild failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS :]}")
+    return json.loads(done.stdout)
+
+
+def train(ws: Path, env: dict[str, str], values: dict) -> dict[str, float]:
+    """Train one model; its time and CPU time to first step, and the command's wall time."""
+    (ws / "exp" / "BUILD.marin").write_text(DATA + model_target(values))
+    started = time.perf_counter()
+    built = marinbuild(ws, env, "build", "--json", "//exp:model")
+    wall = time.perf_counter() - started
+    if built["targets"][-1]["status"] != "built":
+        raise benchlib.BenchError(f"the model was not trained: {built['targets'][-1]}")
+    measured = marinbuild(ws, env, "show", "--json", "//exp:model")["measured"]
+    return {
+        "first_step_s": measured["time_to_first_step_s"],
+        "first_step_cpu_s": measured["cpu_to_first_step_s"],
+        "wall_s": wall,
+    }
+
+
+def main() -> None:
+    options = parse_args()
+    root = options.workdir or Path(tempfile.mkdtemp(prefix="compile-cache-"))
+    ws = root / "ws"
+    (ws / "rules").mkdir(parents=True)
+    (ws / "rules" / "BUILD.marin").write_text("")
+    shutil.copy(REPO / "rules" / "lm.star", ws / "rules" / "lm.star")
+    (ws / "exp").mkdir()
+    (ws / "marinbuild.toml").write_text(CONFIG)
+    (ws / "exp" / "BUILD.marin").write_text(DATA)
+    default_env = {name: value for name, value in os.environ.items() if name != CACHE_ENV}
+    no_cache_env = {**default_env, CACHE_ENV: ""}  # empty: JAX keeps no cache
+    benchlib.log("building the data (untimed)")
+    marinbuild(ws, default_env, "build", "--json", "//exp:tokens")
+
+    cache = ws / ".marinbuild" / "jax-cache"
+    figures: dict[str, dict[str, list[float]]] = {
+        variant: {"first_step_s": [], "first_step_cpu_s": [], "wall_s": []} for variant in VARIANTS
+    }
+    for repeat in range(options.repeats):
+        runs = {}
+        # The baseline first in even repeats, last in odd ones: a machine whose load drifts
+        # favours neither side. The warm run always follows the cold one.
+        order = VARIANTS if repeat % 2 == 0 else (*VARIANTS[1:], VARIANTS[0])
+        for variant in order:
+            index = VARIANTS.index(variant)
+            values = attrs(options.steps, seed=0)
+            # Another learning rate each time: another key, the same shapes.
+            values["optimizer"] = {**values["optimizer"], "learning_rate": 1e-3 * (1 + repeat * len(VARIANTS) + index)}
+            if variant == "cold cache":
+                shutil.rmtree(cache, ignore_errors=True)
+            runs[variant] = train(ws, no_cache_env if variant == "no cache" else default_env, values)
+            for name, value in runs[variant].items():
+                figures[variant][name].append(value)
+        shown = ", ".join(
+            f"{variant} {runs[variant]['first_step_s']:.1f} s ({runs[variant]['first_step_cpu_s']:.1f} s CPU)"
+            for variant in VARIANTS
+        )
+        benchlib.log(f"repeat {repeat}: time to first step: {shown}")
+
+    medians = {
+        variant: {name: statistics.median(values) for name, values in figures[variant].items()} for variant in VARIANTS
+    }
+    baseline = medians["no cache"]
+    ratios = {variant: {name: medians[variant][name] / baseline[name] for name in baseline} for variant in VARIANTS}
+    result = {
+        "steps": options.steps,
+        "repeats": options.repeats,
+        "seconds": figures,
+        "median_s": medians,
+        "ratio_to_no_cache": ratios,
+        "cache_bytes": sum(path.stat().st_size for path in cache.rglob("*") if path.is_file()),
+    }
+    print(
+        f"| run | time to first step, median of {options.repeats} | / no cache "
+        "| CPU time to first step | / no cache | wall time of the build | / no cache |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for variant in VARIANTS:
+        cells = [f"{medians[variant][name]:.1f} s | {ratios[variant][name]:.3f}" for name in baseline]
+        print(f"| {variant} | {' | '.join(cells)} |")
+    if options.json_out:
+        options.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    if not options.workdir:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""What the workspaces sharing a store still use, as their builds recorded it.
+
+`cache gc` keeps what this workspace's current recipes produce; on a store several
+workspaces share (a team's bucket, teammates' checkouts at other commits, a cluster's
+driver) that is not enough: a key only a teammate's workspace produces must not go.
+Every build writes an invocation record naming each target it built or found cached
+with its key, and where it ran (host, workspace). So for each workspace the store has
+heard of, the key its newest build recorded for each target is the output that
+workspace still uses — until it builds that target again under another recipe, which
+supersedes it. Those keys are what `workspaces_in_use` returns; `cache gc` keeps them.
+
+What no invocation records is not protected: an output only ever read (a notebook's
+`marinbuild.output()`, a read-only reader's cached build, which is not recorded), or a
+workspace whose builds were never recorded. Pin those (`pins/<key>`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from marinbuild.store import Records, Store
+
+# Target statuses that say the workspace used the key's output.
+_USED = ("built", "cached")
+
+
+@dataclass
+class InUse:
+    """The keys the store's workspaces use, and how many workspaces and builds say so."""
+
+    keys: set[str] = field(default_factory=set)
+    workspaces: set[tuple[str, str]] = field(default_factory=set)  # (host, workspace root)
+    invocations: int = 0
+
+
+def workspace_of(record: dict) -> tuple[str, str]:
+    """Where a build ran: its host and workspace root (records before marinbuild wrote the
+    root name the directory the command ran in)."""
+    return str(record.get("host", "?")), str(record.get("workspace") or record.get("cwd", "?"))
+
+
+def workspaces_in_use(store: Store) -> InUse:
+    """For each workspace that built into `store`, the key its newest build recorded for
+    each target (built or cached there)."""
+    records = Records(store)
+    found = InUse()
+    newest: dict[tuple[tuple[str, str], str], str] = {}
+    for invocation_id in reversed(records.invocation_ids()):  # newest first
+        record = records.read_invocation(invocation_id)
+        if not isinstance(record, dict):
+            continue
+        found.invocations += 1
+        workspace = workspace_of(record)
+        found.workspaces.add(workspace)
+        for target in record.get("targets", []):
+            label, key = target.get("label"), target.get("key")
+            if key and target.get("status") in _USED:
+                newest.setdefault((workspace, label), key)
+    found.keys = set(newest.values())
+    return found

@@ -1,0 +1,82 @@
+"""`history` of a build stopped half-way reflects what it published and what it was running.
+
+The case reported: a training published its model, then its evaluation was running when
+the build got SIGTERM; `history` said the build did nothing, every target `pending`.
+Here a quick step stands for the model and a slow one for its evaluation. Stopped by
+SIGTERM, the build reads `interrupted`, the model `built`, the evaluation `cancelled`
+with its attempt; killed outright (SIGKILL: its record is never rewritten), it reads
+`abandoned`, the model still `built`, the evaluation `abandoned`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import CLI_TIMEOUT_S, cli_env, run_cli
+
+from marinbuild.session import Session
+from marinbuild.store import AttemptStatus
+
+
+def _pipeline(marker: str) -> dict[str, str]:
+    slow = f"echo evaluating; exec sleep {marker}"  # exec: the process the builder started is the sleep
+    return {
+        "pkg/BUILD.marin": f"""\
+        genrule(name = "model", outs = ["m.txt"], cmd = "echo weights > $@")
+        genrule(name = "eval", srcs = [":model"], outs = ["e.txt"], cmd = "{slow}")
+        """
+    }
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_history_shows_what_a_stopped_build_published_and_was_running(make_workspace, signum):
+    marker = f"{51 + signum}.75"  # a sleep no other test runs
+    ws = make_workspace(_pipeline(marker))
+    builder = subprocess.Popen(
+        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "//pkg:all"],
+        cwd=ws,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        while subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline and builder.poll() is None, "the evaluation never started"
+            time.sleep(0.1)
+        builder.send_signal(signum)  # the builder alone, as `kill` or a job scheduler would
+        builder.wait(timeout=CLI_TIMEOUT_S)
+    finally:
+        if builder.poll() is None:
+            os.killpg(builder.pid, signal.SIGKILL)
+    deadline = time.monotonic() + CLI_TIMEOUT_S  # SIGKILL: the step dies with its builder
+    while subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "the evaluation outlived its builder"
+        time.sleep(0.1)
+
+    session = Session.open(ws, cwd=ws)
+    [model] = session.attempts("//pkg:model")
+    [evaluation] = session.attempts("//pkg:eval")
+    assert model.status is AttemptStatus.SUCCEEDED
+    ended = AttemptStatus.CANCELLED if signum == signal.SIGTERM else AttemptStatus.ABANDONED
+    assert evaluation.status is ended
+
+    rc, out, err = run_cli(ws, "history", "--json")
+    assert rc == 0, err
+    [build] = json.loads(out)
+    assert build["result"] == ("interrupted" if signum == signal.SIGTERM else "abandoned")
+    outcomes = {target["label"]: target for target in build["targets"]}
+    assert outcomes["//pkg:model"]["status"] == "built" and outcomes["//pkg:model"]["key"] == model.key
+    assert outcomes["//pkg:eval"]["status"] == ended.value
+    assert outcomes["//pkg:eval"]["attempt"]["attempt"] == evaluation.attempt_id
+    assert build["counts"]["built"] == 1 and build["counts"][ended.value] == 1
+
+    rc, out, err = run_cli(ws, "history")
+    assert "nothing done" not in out and f"{ended.value:8} //pkg:eval" in out and "built    //pkg:model" in out, out
