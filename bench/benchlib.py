@@ -84,25 +84,34 @@ def find_marinbuild() -> str:
 
 @dataclass(frozen=True)
 class Run:
-    """One finished command: wall-clock seconds and its captured output."""
+    """One finished command: wall-clock seconds, its captured output, and the most memory
+    it held at once (peak resident set, MiB)."""
 
     seconds: float
     stdout: str
     stderr: str
+    peak_rss_mib: float = 0.0
 
 
 def run_timed(cmd: Sequence[str | Path], cwd: Path, extra_env: dict[str, str] | None = None) -> Run:
     """Run ``cmd`` to completion, timing wall clock; raise BenchError on failure."""
     env = {**os.environ, **(extra_env or {})}
-    start = time.perf_counter()
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if proc.returncode != 0:
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=out, stderr=err, text=True)
+        _pid, status, usage = os.wait4(proc.pid, 0)  # the child's own peak memory, not the largest child's
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    returncode = proc.returncode
+    if returncode != 0:
         raise BenchError(
-            f"{' '.join(map(str, cmd))} failed with exit code {proc.returncode} in {cwd}:\n"
-            f"{(proc.stdout + proc.stderr)[-ERROR_TAIL_CHARS:]}"
+            f"{' '.join(map(str, cmd))} failed with exit code {returncode} in {cwd}:\n"
+            f"{(stdout + stderr)[-ERROR_TAIL_CHARS:]}"
         )
-    return Run(seconds, proc.stdout, proc.stderr)
+    return Run(seconds, stdout, stderr, usage.ru_maxrss / 1024)
 
 
 def summarize(samples: Sequence[float]) -> dict[str, float | list[float]]:
@@ -145,10 +154,12 @@ def parse_trailing_json(text: str) -> dict:
     raise BenchError(f"no JSON report in marinbuild output:\n{text[-ERROR_TAIL_CHARS:]}")
 
 
-def marinbuild_build(marinbuild: str, workspace: Path, jobs: int) -> tuple[Run, dict]:
+def marinbuild_build(
+    marinbuild: str, workspace: Path, jobs: int, extra_env: dict[str, str] | None = None
+) -> tuple[Run, dict]:
     """``marinbuild build //...`` on ``workspace``; returns the run and its report."""
     cmd: list[str | Path] = [marinbuild, "--workspace", workspace, "build", "//...", "--jobs", str(jobs), "--json"]
-    run = run_timed(cmd, cwd=workspace)
+    run = run_timed(cmd, cwd=workspace, extra_env=extra_env)
     return run, parse_trailing_json(run.stdout)
 
 

@@ -16,14 +16,23 @@ stage at 1k-2k stages, 8 ms at 5k and 10-13 ms at 10k, so a DVC DAG of a few
 thousand stages flatters DVC somewhat; below a few hundred, its ~1 s start-up
 cost dominates instead.
 
+Each marinbuild no-op is timed twice over: with Python's bytecode cache (the usual case),
+and without it (`PYTHONDONTWRITEBYTECODE=1` and an empty `PYTHONPYCACHEPREFIX`: every
+module compiled from source, as on a machine that never wrote its cache). Each run's peak
+memory is recorded too. `--scale-targets N --scale-packages P` repeats the marinbuild
+measurement on a second DAG (100,000 targets in 2,000 packages, say) and reports how the
+no-op time per target grows with size.
+
 Usage: ``python bench/noop.py [--targets N] [--packages P] [--seed S]
-[--repeat R] [--skip-dvc] [--dvc-targets N] [--json-out FILE]``.
+[--repeat R] [--skip-dvc] [--dvc-targets N] [--scale-targets N --scale-packages P]
+[--json-out FILE]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,6 +61,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=Path,
         help="generate and build in this new or empty dir and keep it (default: a temp dir, removed afterwards)",
     )
+    parser.add_argument("--scale-targets", type=int, help="also measure marinbuild on a DAG of this many targets")
+    parser.add_argument("--scale-packages", type=int, help="packages of the --scale-targets DAG")
     parser.add_argument("--json-out", type=Path, help="also write results as JSON here")
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -68,24 +79,38 @@ def scaled_packages(targets: int, full_targets: int, full_packages: int) -> int:
     return max(1, round(targets * full_packages / full_targets))
 
 
-def measure_marinbuild(marinbuild: str, root: Path, args: argparse.Namespace) -> dict:
-    """Cold build once, then ``--repeat`` verified no-op builds."""
-    workspace = root / "marinbuild"
-    gen.write_marinbuild(gen.generate_dag(args.targets, args.packages, args.seed), workspace)
-    benchlib.log(f"marinbuild: cold build of {args.targets} targets")
+def measure_marinbuild(marinbuild: str, root: Path, args: argparse.Namespace, targets: int, packages: int) -> dict:
+    """Cold build once, then ``--repeat`` verified no-op builds with the bytecode cache and
+    as many without it."""
+    workspace = root / f"marinbuild-{targets}-{packages}"
+    gen.write_marinbuild(gen.generate_dag(targets, packages, args.seed), workspace)
+    benchlib.log(f"marinbuild: cold build of {targets} targets in {packages} packages")
     cold, report = benchlib.marinbuild_build(marinbuild, workspace, args.jobs)
-    benchlib.check_counts(report, args.targets, built=args.targets)
-    noop = []
-    for i in range(args.repeat):
-        run, report = benchlib.marinbuild_build(marinbuild, workspace, args.jobs)
-        benchlib.check_counts(report, args.targets, built=0)
-        benchlib.log(f"marinbuild: no-op {i + 1}/{args.repeat}: {run.seconds:.3f} s")
-        noop.append(run.seconds)
+    benchlib.check_counts(report, targets, built=targets)
+    # One untimed no-op: right after the cold build, the stat cache distrusts digests
+    # recorded within 2 s of a file's modification and hashes the outputs again.
+    benchlib.marinbuild_build(marinbuild, workspace, args.jobs)
+    figures: dict[str, list[float]] = {"noop": [], "noop_no_bytecode": [], "peak_rss_mib": []}
+    with tempfile.TemporaryDirectory(prefix="marinbuild-no-pycache-") as empty:
+        no_bytecode = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": empty}
+        for i in range(args.repeat):
+            for name, env in (("noop", None), ("noop_no_bytecode", no_bytecode)):
+                run, report = benchlib.marinbuild_build(marinbuild, workspace, args.jobs, env)
+                benchlib.check_counts(report, targets, built=0)
+                figures[name].append(run.seconds)
+                figures["peak_rss_mib"].append(run.peak_rss_mib)
+            benchlib.log(
+                f"marinbuild: no-op {i + 1}/{args.repeat}: {figures['noop'][-1]:.3f} s, "
+                f"{figures['noop_no_bytecode'][-1]:.3f} s without bytecode cache"
+            )
     return {
         "version": benchlib.tool_version([marinbuild, "--version"]),
-        "targets": args.targets,
+        "targets": targets,
+        "packages": packages,
         "cold_s": cold.seconds,
-        "noop_s": benchlib.summarize(noop),
+        "noop_s": benchlib.summarize(figures["noop"]),
+        "noop_no_bytecode_s": benchlib.summarize(figures["noop_no_bytecode"]),
+        "peak_rss_mib": max(figures["peak_rss_mib"]),
     }
 
 
@@ -122,27 +147,40 @@ def per_target(total: float, targets: int) -> float:
 
 
 def ratios(results: dict) -> dict[str, float]:
-    """marinbuild no-op / DVC no-op, per target so unequal DAG sizes compare."""
-    mb, dvc = results.get("marinbuild"), results.get("dvc")
-    if not mb or not dvc:
-        return {}
-    mb_noop = per_target(mb["noop_s"]["median"], mb["targets"])
-    return {
-        f"marinbuild_noop/dvc_{kind}_noop": mb_noop / per_target(dvc[f"{kind}_noop_s"]["median"], dvc["targets"])
-        for kind in ("repro", "status")
-    }
+    """marinbuild no-op / DVC no-op, per target so unequal DAG sizes compare; and the no-op
+    time per target of the larger DAG over the smaller one's (1: linear growth)."""
+    mb, dvc, scale = results.get("marinbuild"), results.get("dvc"), results.get("marinbuild_scale")
+    found: dict[str, float] = {}
+    if mb and dvc:
+        mb_noop = per_target(mb["noop_s"]["median"], mb["targets"])
+        for kind in ("repro", "status"):
+            found[f"marinbuild_noop/dvc_{kind}_noop"] = mb_noop / per_target(
+                dvc[f"{kind}_noop_s"]["median"], dvc["targets"]
+            )
+    if mb and scale:
+        for kind in ("noop_s", "noop_no_bytecode_s"):
+            found[f"marinbuild_{kind}_per_target_{scale['targets']}/{mb['targets']}"] = per_target(
+                scale[kind]["median"], scale["targets"]
+            ) / per_target(mb[kind]["median"], mb["targets"])
+    return found
 
 
 def print_report(results: dict) -> None:
     rows = []
-    if mb := results.get("marinbuild"):
-        rows.append(_row("marinbuild build", mb["targets"], mb["cold_s"], mb["noop_s"]))
+    for name in ("marinbuild", "marinbuild_scale"):
+        if mb := results.get(name):
+            rows.append(_row("marinbuild build", mb["targets"], mb["cold_s"], mb["noop_s"]))
+            rows.append(_row("  (no bytecode cache)", mb["targets"], None, mb["noop_no_bytecode_s"]))
     if dvc := results.get("dvc"):
         rows.append(_row("dvc repro -P", dvc["targets"], dvc["cold_s"], dvc["repro_noop_s"]))
         rows.append(_row("dvc status", dvc["targets"], None, dvc["status_noop_s"]))
     benchlib.print_table(["tool", "targets", "cold s", "no-op median s", "no-op min s", "no-op ms/target"], rows)
+    for name in ("marinbuild", "marinbuild_scale"):
+        if mb := results.get(name):
+            print(f"marinbuild, {mb['targets']} targets: peak memory of a no-op {mb['peak_rss_mib']:.0f} MiB")
     for name, value in results["ratios"].items():
         print(f"{name} (median, per target): {value:.3g}")
+    mb, dvc = results.get("marinbuild"), results.get("dvc")
     if mb and dvc and mb["targets"] != dvc["targets"]:
         print(
             f"NOTE: DVC ran on a {dvc['targets']}-target DAG, marinbuild on "
@@ -166,7 +204,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         marinbuild = None if args.skip_marinbuild else benchlib.find_marinbuild()
         with benchlib.work_dir(args.workdir) as root:
             if marinbuild is not None:
-                results["marinbuild"] = measure_marinbuild(marinbuild, root, args)
+                results["marinbuild"] = measure_marinbuild(marinbuild, root, args, args.targets, args.packages)
+                if args.scale_targets:
+                    scale_packages = args.scale_packages or scaled_packages(
+                        args.scale_targets, args.targets, args.packages
+                    )
+                    results["marinbuild_scale"] = measure_marinbuild(
+                        marinbuild, root, args, args.scale_targets, scale_packages
+                    )
             if dvc is not None:
                 results["dvc"] = measure_dvc(dvc, root, args)
     except benchlib.BenchError as err:

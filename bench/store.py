@@ -1,26 +1,34 @@
-"""GCS store benchmark against fake-gcs-server: no-op build and transfer throughput.
+"""GCS store benchmark against fake-gcs-server: a no-op build at real latency, and transfers.
 
-1. No-op build of N cached targets (bench/gen_workspace.py's DAG, default 1,000 in 50
-   packages) on a `gs://` store: wall time of the `marinbuild` command, and the time and
-   number of GCS requests of the build itself (in process, counting gcsfs's calls).
-   Look-ups of the targets that are ready together run in parallel.
-2. Upload and download of one output of `--size-mib` MiB (default 1 GiB): marinbuild's
-   publish path (`put_dir`: upload, listing, CRC32C check) and materialisation
-   (`LocalCache`: download, BLAKE3 check, hard link) against gcsfs copying the same bytes
-   directly (`put_file` / `get_file`).
+1. **No-op build of N cached targets** (bench/gen_workspace.py's DAG, default 1,000 in 50
+   packages) on a `gs://` store, through a latency proxy: a small asyncio TCP proxy on
+   127.0.0.1 in front of fake-gcs-server that holds back the first bytes of every request
+   for a fixed delay (`--delays`, default 0, 30 and 100 ms; 30 ms is about a GCS round
+   trip within a region). Each delay is reported with the wall time of the `marinbuild`
+   command (median of `--repeat`) and the GCS requests of the build (counted in process,
+   at gcsfs's HTTP boundary) per cached target. The proxy's own overhead is the no-op at
+   0 ms through it against the same build straight to the server (the baseline).
+2. **One large output** of `--size-mib` MiB (default 1 GiB): marinbuild's publish
+   (`put_dir`: upload, listing, CRC32C check) and materialisation (`LocalCache`: download,
+   BLAKE3 check while the bytes stream in, hard link) against gcsfs's `put_file` /
+   `get_file` of the same bytes, as ratios of throughput.
+3. **Many small files** (`--small-files`, default 10,000 of 10 KB, in one output): the same,
+   against gcsfs's own batched `put` / `get` of the directory.
 
-The server is fake-gcs-server on 127.0.0.1 (filesystem backend): the figures measure
-marinbuild's own cost per request and per byte, not a network.
+The server's filesystem backend is on this machine: the figures measure marinbuild's cost
+per request and per byte, and the proxy adds the network's latency back.
 
-Usage: ``python bench/store.py [--targets N] [--packages P] [--size-mib M] [--repeat R]
-[--json-out FILE]``.
+Usage: ``python bench/store.py [--targets N] [--packages P] [--delays MS,...]
+[--size-mib M] [--small-files N] [--repeat R] [--json-out FILE]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import benchlib
 import gen_workspace as gen
@@ -37,19 +46,72 @@ import gen_workspace as gen
 from marinbuild.actions.results import NullReporter
 from marinbuild.actions.scheduler import BuildOptions
 from marinbuild.session import Session
-from marinbuild.store.gcs import GCSStore
+from marinbuild.store import StoreSpec, open_store
 from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.manifest import hash_tree
+
+EMULATOR = "STORAGE_EMULATOR_HOST"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", type=int, default=1000, help="default: %(default)s")
     parser.add_argument("--packages", type=int, default=50, help="default: %(default)s")
+    parser.add_argument("--delays", default="0,30,100", help="proxy delays in ms (default: %(default)s)")
     parser.add_argument("--size-mib", type=int, default=1024, help="default: %(default)s")
+    parser.add_argument("--small-files", type=int, default=10_000, help="default: %(default)s")
+    parser.add_argument("--small-kib", type=int, default=10, help="default: %(default)s")
     parser.add_argument("--repeat", type=int, default=3, help="default: %(default)s")
     parser.add_argument("--json-out", type=Path)
     return parser.parse_args(argv)
+
+
+class LatencyProxy:
+    """A TCP proxy that holds back each request's first bytes for `delay_s`: a request is
+    the data a client sends after the server last answered, so a request body streamed in
+    many chunks is delayed once, like one round trip."""
+
+    def __init__(self, upstream: str, delay_s: float):
+        parts = urlsplit(upstream)
+        self.host, self.port, self.delay_s = parts.hostname, parts.port, delay_s
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
+        ready.wait()
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(asyncio.start_server(self._connection, "127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        ready.set()
+        self.loop.run_forever()
+
+    async def _connection(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        server_reader, server_writer = await asyncio.open_connection(self.host, self.port)
+        answered = asyncio.Event()
+        answered.set()  # a fresh connection: the next bytes start a request
+
+        async def requests() -> None:
+            while data := await client_reader.read(1 << 16):
+                if answered.is_set():
+                    answered.clear()
+                    await asyncio.sleep(self.delay_s)
+                server_writer.write(data)
+                await server_writer.drain()
+            server_writer.close()
+
+        async def answers() -> None:
+            while data := await server_reader.read(1 << 16):
+                answered.set()
+                client_writer.write(data)
+                await client_writer.drain()
+            client_writer.close()
+
+        await asyncio.gather(requests(), answers(), return_exceptions=True)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def start_server() -> Any:
@@ -85,47 +147,43 @@ def timed(function: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
-def noop_build(root: Path, store: str, args: argparse.Namespace, counter: RequestCounter) -> dict[str, Any]:
+def noop_builds(root: Path, upstream: str, args: argparse.Namespace, counter: RequestCounter) -> dict[str, Any]:
     gen.generate(root, args.targets, args.packages, gen.DEFAULT_SEED, tools=("marinbuild",))
-    workspace = root / "marinbuild"
-    command = [
-        sys.executable,
-        "-m",
-        "marinbuild",
-        "--workspace",
-        str(workspace),
-        "--store",
-        store,
-        "build",
-        "--jobs",
-        "8",
-        "//...",
-    ]
+    workspace, store = root / "marinbuild", "gs://bench/noop"
+    command = [sys.executable, "-m", "marinbuild", "--workspace", str(workspace), "--store", store]
+    command += ["build", "--json", "--jobs", "8", "//..."]
     benchlib.log(f"cold build of {args.targets} targets on {store}")
     cold = timed(lambda: subprocess.run(command, check=True, capture_output=True))
-    cli = [timed(lambda: subprocess.run(command, check=True, capture_output=True)) for _ in range(args.repeat)]
-    in_process, requests = [], []
-    for _ in range(args.repeat):
-        session = Session.open(workspace, store)
+
+    def measure(endpoint: str) -> dict[str, float]:
+        os.environ[EMULATOR] = endpoint  # for this process's builds and the commands it starts
+        cli = [timed(lambda: subprocess.run(command, check=True, capture_output=True)) for _ in range(args.repeat)]
         before = counter.count
-        started = time.perf_counter()
+        session = Session.open(workspace, store)
         result = session.build(["//..."], BuildOptions(jobs=8), NullReporter())
-        in_process.append(time.perf_counter() - started)
-        requests.append(counter.count - before)
-        assert set(result.counts) >= {"cached"} and result.counts["cached"] == args.targets, result.counts
-    return {
-        "targets": args.targets,
-        "cold_build_s": cold,
-        "noop_cli_s": statistics.median(cli),
-        "noop_build_s": statistics.median(in_process),
-        "noop_requests": statistics.median(requests),
-    }
+        requests = counter.count - before
+        assert result.counts.get("cached") == args.targets, result.counts
+        return {"noop_s": statistics.median(cli), "requests": requests, "requests_per_target": requests / args.targets}
+
+    figures = {"direct": measure(upstream)}
+    for delay_ms in [int(delay) for delay in args.delays.split(",")]:
+        proxy = LatencyProxy(upstream, delay_ms / 1000)
+        try:
+            benchlib.log(f"no-op builds through the proxy at {delay_ms} ms")
+            figures[f"proxy_{delay_ms}ms"] = measure(proxy.url)
+        finally:
+            proxy.close()
+    os.environ[EMULATOR] = upstream
+    return {"targets": args.targets, "cold_build_s": cold, **figures}
 
 
-def throughput(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, Any]:
+def _store(root: Path, bucket: str, name: str) -> Any:
+    return open_store(StoreSpec(f"gs://{bucket}/{name}"), root / "machine")
+
+
+def large_output(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, Any]:
     import gcsfs
 
-    size = args.size_mib * 2**20
     staged = root / "staged"
     staged.mkdir()
     benchlib.log(f"writing a {args.size_mib} MiB output")
@@ -133,29 +191,59 @@ def throughput(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, A
         for _ in range(args.size_mib):
             file.write(os.urandom(2**20))
     manifest = hash_tree(staged)
-    store = GCSStore(f"gs://{bucket}/throughput", root / "local")
+    store = _store(root, bucket, "large")
     fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
-    figures: dict[str, list[float]] = {
-        "upload_marinbuild": [],
-        "upload_gcsfs": [],
-        "download_marinbuild": [],
-        "download_gcsfs": [],
-    }
+    times: dict[str, list[float]] = {"upload": [], "upload_gcsfs": [], "download": [], "download_gcsfs": []}
     for attempt in range(args.repeat):
-        figures["upload_marinbuild"].append(timed(lambda: store.put_dir(staged, f"out/{attempt}", manifest)))
-        figures["upload_gcsfs"].append(
+        times["upload"].append(timed(lambda: store.put_dir(staged, f"out/{attempt}", manifest)))
+        times["upload_gcsfs"].append(
             timed(lambda: fs.put_file(str(staged / "model.bin"), f"{bucket}/direct/{attempt}/model.bin"))
         )
         cache = LocalCache(root / f"cache{attempt}")
-        figures["download_marinbuild"].append(timed(lambda: cache.materialise(store, f"out/{attempt}", manifest)))
-        figures["download_gcsfs"].append(
+        times["download"].append(timed(lambda: cache.materialise(store, f"out/{attempt}", manifest)))
+        times["download_gcsfs"].append(
             timed(lambda: fs.get_file(f"{bucket}/direct/{attempt}/model.bin", str(root / f"direct{attempt}.bin")))
         )
         (root / f"direct{attempt}.bin").unlink()
-        benchlib.log(f"transfer round {attempt + 1}/{args.repeat} done")
+        shutil.rmtree(root / f"cache{attempt}")
+        benchlib.log(f"large output, round {attempt + 1}/{args.repeat} done")
+    return _ratios(times, args.size_mib)
+
+
+def small_files(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, Any]:
+    import gcsfs
+
+    staged = root / "small"
+    benchlib.log(f"writing {args.small_files} files of {args.small_kib} KiB")
+    for index in range(args.small_files):
+        path = staged / f"d{index % 100:02d}" / f"f{index:05d}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(args.small_kib * 1024))
+    manifest = hash_tree(staged)
+    store = _store(root, bucket, "small")
+    fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
+    times: dict[str, list[float]] = {"upload": [], "upload_gcsfs": [], "download": [], "download_gcsfs": []}
+    for attempt in range(args.repeat):
+        times["upload"].append(timed(lambda: store.put_dir(staged, f"out/{attempt}", manifest)))
+        times["upload_gcsfs"].append(timed(lambda: fs.put(str(staged), f"{bucket}/sdirect/{attempt}", recursive=True)))
+        cache = LocalCache(root / f"scache{attempt}")
+        times["download"].append(timed(lambda: cache.materialise(store, f"out/{attempt}", manifest)))
+        got = root / f"sdirect{attempt}"
+        times["download_gcsfs"].append(timed(lambda: fs.get(f"{bucket}/sdirect/{attempt}", str(got), recursive=True)))
+        shutil.rmtree(got)
+        shutil.rmtree(root / f"scache{attempt}")
+        benchlib.log(f"small files, round {attempt + 1}/{args.repeat} done")
+    return _ratios(times, args.small_files * args.small_kib / 1024)
+
+
+def _ratios(times: dict[str, list[float]], mib: float) -> dict[str, Any]:
+    """Medians, and marinbuild's throughput as a fraction of gcsfs's (1: as fast)."""
+    medians = {name: statistics.median(values) for name, values in times.items()}
     return {
-        "size_mib": args.size_mib,
-        **{name: size / 2**20 / statistics.median(times) for name, times in figures.items()},
+        "mib": mib,
+        "seconds": medians,
+        "upload_ratio": medians["upload_gcsfs"] / medians["upload"],
+        "download_ratio": medians["download_gcsfs"] / medians["download"],
     }
 
 
@@ -166,26 +254,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         import gcsfs
 
         counter = RequestCounter()
-        fs = gcsfs.GCSFileSystem(token="anon")
-        fs.mkdir("bench")
+        gcsfs.GCSFileSystem(token="anon").mkdir("bench")
         with tempfile.TemporaryDirectory(prefix="marinbuild-bench-store-") as temporary:
             root = Path(temporary)
-            report = {"noop": noop_build(root / "noop", "gs://bench/noop", args, counter)}
-            (root / "transfer").mkdir()
-            report["throughput_mib_s"] = throughput(root / "transfer", "bench", args)
+            report = {"noop": noop_builds(root / "noop", server.url, args, counter)}
+            for name, measure in (("large_output", large_output), ("small_files", small_files)):
+                (root / name).mkdir()
+                report[name] = measure(root / name, "bench", args)
     finally:
         server.stop()
-    noop, rates = report["noop"], report["throughput_mib_s"]
-    print(
-        f"no-op build of {noop['targets']} cached targets on gs://: {noop['noop_cli_s']:.2f} s (command), "
-        f"{noop['noop_build_s']:.2f} s in process, {noop['noop_requests']:.0f} requests; "
-        f"cold build {noop['cold_build_s']:.1f} s"
-    )
-    print(
-        f"{rates['size_mib']} MiB output, MiB/s: "
-        f"upload marinbuild {rates['upload_marinbuild']:.0f} vs gcsfs {rates['upload_gcsfs']:.0f}; "
-        f"download marinbuild {rates['download_marinbuild']:.0f} vs gcsfs {rates['download_gcsfs']:.0f}"
-    )
+    noop = report["noop"]
+    print(f"no-op build of {noop['targets']} cached targets on gs:// (median of {args.repeat}):")
+    for name, figures in noop.items():
+        if isinstance(figures, dict):
+            ratio = figures["noop_s"] / noop["direct"]["noop_s"]
+            print(
+                f"  {name:>12}: {figures['noop_s']:.2f} s ({ratio:.2f} x direct), {figures['requests']} requests, "
+                f"{figures['requests_per_target']:.3f} per target"
+            )
+    for name in ("large_output", "small_files"):
+        figures = report[name]
+        print(
+            f"{name} ({figures['mib']:.0f} MiB): upload {figures['upload_ratio']:.2f} x gcsfs, "
+            f"download {figures['download_ratio']:.2f} x gcsfs (throughput; 1 = as fast)"
+        )
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=2))
 

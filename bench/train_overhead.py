@@ -1,4 +1,5 @@
-"""Training overhead: the same Levanter run through `marinbuild` and called directly.
+"""Training overhead: the same Levanter run through `marinbuild` and called directly, on
+whatever accelerator JAX finds (CPU here; run it on a GPU or TPU host as it is).
 
 Builds the tutorial's data (corpus, tokenizer, token caches) once, untimed, in a fresh
 workspace. Then, alternating, it times `marinbuild build :model` (the whole command:
@@ -6,7 +7,9 @@ start-up, loading, keys, the step's worker process, hashing and publishing the o
 and a plain Python process that builds the identical `TrainLmConfig` and calls
 `levanter.main.train_lm.main` (start-up, imports, training). Each repetition uses a new
 seed, the same in both, so marinbuild never finds the run in its cache. The ratio of
-the medians is marinbuild's cost on top of Levanter's (target: at most 1.05).
+the medians is marinbuild's cost on top of Levanter's (target: at most 1.05). It also
+prints the devices JAX trained on and the training's throughput both ways (tokens/s, the
+median over the steps after the first, which compiles), and their ratio.
 
 Usage: ``python bench/train_overhead.py [--steps N] [--repeats R] [--workdir DIR] [--json-out FILE]``.
 """
@@ -46,7 +49,13 @@ from rules import levanter_lm  # first: it keeps Hugging Face and wandb offline
 from levanter.main import train_lm
 attrs, tokens, scratch, tmp = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
 sets, tokenizer = levanter_lm.tokenized_sets({attrs["data"]: str(tokens)}, tmp)
-train_lm.main(levanter_lm.train_config(attrs, sets, tokenizer, scratch, tmp))
+config = levanter_lm.train_config(attrs, sets, tokenizer, scratch, tmp)
+train_lm.main(config)
+import jax, statistics
+rows = levanter_lm.read_metrics(Path(config.trainer.log_dir) / levanter_lm.TIMING_FILE)
+rates = [row["throughput/tokens_per_second"] for row in rows if row.get("throughput/tokens_per_second")][1:]
+print(json.dumps({"devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+                  "tokens_per_s": statistics.median(rates) if rates else None}))
 """
 
 
@@ -101,10 +110,24 @@ def marinbuild(ws: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
-def direct(command: list[str], cwd: Path) -> None:
+def direct(command: list[str], cwd: Path) -> dict:
+    """The direct run's devices and throughput (the last line it prints)."""
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
         raise benchlib.BenchError(f"the direct run failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS :]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measured(ws: Path) -> dict:
+    """What the attempt that built //exp:model measured (its devices and throughput)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "show", "--json", "//exp:model"],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)["measured"]
 
 
 def timed(run) -> float:
@@ -127,10 +150,15 @@ def main() -> None:
     tokens = Path(marinbuild(ws, "//exp:tokens")["targets"][-1]["output"])
 
     times: dict[str, list[float]] = {"marinbuild": [], "direct": []}
+    rates: dict[str, list[float]] = {"marinbuild": [], "direct": []}
+    devices = set()
     for seed in range(options.repeats):
         values = attrs(options.steps, seed)
         (ws / "exp" / "BUILD.marin").write_text(DATA + model_target(values))
         times["marinbuild"].append(timed(lambda: marinbuild(ws, "//exp:model")))
+        through_marinbuild = measured(ws)
+        devices.add(through_marinbuild["devices"])
+        rates["marinbuild"].append(through_marinbuild["tokens_per_s"])
         run_dir = root / f"direct-{seed}"
         for part in ("scratch", "tmp"):
             (run_dir / part).mkdir(parents=True)
@@ -143,21 +171,31 @@ def main() -> None:
             str(run_dir / "scratch"),
             str(run_dir / "tmp"),
         ]
-        times["direct"].append(timed(lambda: direct(command, run_dir / "tmp")))
+        started = time.perf_counter()
+        directly = direct(command, run_dir / "tmp")
+        times["direct"].append(time.perf_counter() - started)
+        devices.add(directly["devices"])
+        rates["direct"].append(directly["tokens_per_s"])
         benchlib.log(f"seed {seed}: marinbuild {times['marinbuild'][-1]:.1f} s, direct {times['direct'][-1]:.1f} s")
 
     medians = {name: statistics.median(values) for name, values in times.items()}
+    rate_medians = {name: statistics.median(values) for name, values in rates.items()}
     result = {
         "steps": options.steps,
         "repeats": options.repeats,
+        "devices": sorted(devices),
         "seconds": times,
         "median_s": medians,
         "ratio": medians["marinbuild"] / medians["direct"],
+        "tokens_per_s": rates,
+        "tokens_per_s_ratio": rate_medians["marinbuild"] / rate_medians["direct"],
     }
-    print(f"| run | median of {options.repeats} | runs |\n| --- | --- | --- |")
+    print(f"devices: {', '.join(sorted(devices))}")
+    print(f"| run | median of {options.repeats} | runs | tokens/s (median) |\n| --- | --- | --- | --- |")
     for name in times:
-        print(f"| {name} | {medians[name]:.2f} s | {', '.join(f'{t:.2f}' for t in times[name])} |")
-    print(f"\nmarinbuild / direct: {result['ratio']:.3f}")
+        runs = ", ".join(f"{t:.2f}" for t in times[name])
+        print(f"| {name} | {medians[name]:.2f} s | {runs} | {rate_medians[name]:,.0f} |")
+    print(f"\nmarinbuild / direct: {result['ratio']:.3f} (wall time), {result['tokens_per_s_ratio']:.3f} (tokens/s)")
     if options.json_out:
         options.json_out.write_text(json.dumps(result, indent=2) + "\n")
     if not options.workdir:

@@ -72,6 +72,11 @@ class StoreReadOnly(StoreError):
     read). A build whose every step is cached still works; one that must publish cannot."""
 
 
+class OutputDamaged(StoreError):
+    """A published output's bytes are missing or not its manifest's, found when they were
+    read (a download); its entry has been quarantined, so the next build rebuilds it."""
+
+
 class ClusterError(MarinbuildError):
     """The Ray cluster to run steps on cannot be reached or used."""
 

@@ -27,9 +27,14 @@ _CHUNK = 1024 * 1024
 _RACY_NS = 2_000_000_000
 
 
+# Made once: `json.dumps` with options builds a new encoder each call, and a no-op build
+# serialises a recipe per target.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any) -> str:
     """The one serialization used for anything that is hashed: sorted, compact, strict."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _CANONICAL.encode(value)
 
 
 def digest_bytes(data: bytes) -> str:
@@ -81,6 +86,29 @@ class StatCache:
         """Remember a digest computed elsewhere (e.g. while publishing outputs)."""
         stat = stat or os.stat(path)
         self._memo.put(str(path), (_signature(stat), digest, time.time_ns()))
+
+    def listing_unchanged(self, root: str) -> bool:
+        """Whether the directories of the tree at `root` hold the entries they held when
+        `record_listing` last saw them: an entry added, removed or renamed changes its
+        directory's mtime, so an unchanged signature of every directory (recorded outside
+        the racy window) spares listing them again."""
+        cached = self._memo.get(root + "/")
+        if cached is None:
+            return False
+        directories, recorded_ns = cached
+        for relative, signature in directories:
+            try:
+                stat = os.stat(f"{root}/{relative}")
+            except FileNotFoundError:
+                return False
+            if _signature(stat) != signature or stat.st_mtime_ns >= recorded_ns - _RACY_NS:
+                return False
+        return True
+
+    def record_listing(self, root: str, directories: list[str]) -> None:
+        """Remember the directories (relative to `root`, "" for itself) of a tree just listed."""
+        signatures = tuple((relative, _signature(os.stat(f"{root}/{relative}"))) for relative in directories)
+        self._memo.put(root + "/", (signatures, time.time_ns()))
 
     def save(self) -> None:
         self._memo.save()

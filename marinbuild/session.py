@@ -24,6 +24,7 @@ from marinbuild.actions.events import EventStream, Tee
 from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
+from marinbuild.actions.pins import Pinned, Pins
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
 from marinbuild.actions.resume import resume_point
 from marinbuild.actions.scheduler import BuildOptions, Hooks, Scheduler
@@ -205,10 +206,10 @@ class Session:
     ) -> Scheduler:
         """Run a graph with its invocation record (written at the start and at the end) and event stream."""
         stores.require_leases(self.store, self.unsafe_no_locking)
-        stores.initialize(self.store)
+        salt = stores.store_salt(self.store, create=True)
         stream = EventStream(events)
         executor = self._executor(options)
-        scheduler = self._scheduler(graph, options, Tee(reporter, stream), executor)
+        scheduler = self._scheduler(graph, options, Tee(reporter, stream), executor, salt)
         started = time.time()
         record = functools.partial(self._record_invocation, command, patterns, scheduler, started)
         try:
@@ -285,16 +286,38 @@ class Session:
         return StepSettings(action_env, workspace.sandbox if sandbox is None else sandbox, workspace.timeout_s)
 
     def _scheduler(
-        self, graph: Graph, options: BuildOptions, reporter: Reporter, executor: Executor | None = None
+        self,
+        graph: Graph,
+        options: BuildOptions,
+        reporter: Reporter,
+        executor: Executor | None = None,
+        salt: str | None = None,
     ) -> Scheduler:
         """A scheduler over `graph`, with what provenance lends execution: explanations of
         misses and the log of the builder holding a key this build waits for."""
         hooks = Hooks(
             explain_miss=functools.partial(explain_miss, self.cache),
             follow_holder=functools.partial(HolderLogTail, self.store),
+            resolve_pinned=self.pins.resolve,
         )
-        salt = stores.store_salt(self.store)
+        salt = stores.store_salt(self.store) if salt is None else salt
         return Scheduler(graph, self.cache, salt, options, reporter, self.workspace.root, executor, hooks)
+
+    @cached_property
+    def pins(self) -> Pins:
+        return Pins(self.workspace.root, self.cache.records, self.workspace.state_dir, self.stat_cache)
+
+    def pin(self, patterns: Sequence[str]) -> list[Pinned]:
+        """Pin the external artifacts the patterns name: list what each URL holds (nothing
+        is downloaded) and record its digest in marinbuild.lock (actions/pins.py)."""
+        graph = self.plan(patterns)
+        targets = [graph.targets[label] for label in graph.requested if graph.targets[label].rule.pinned]
+        if not targets:
+            raise GraphError(
+                f"{' '.join(patterns)} names no external artifact",
+                hint="pin targets of the rule external(name, url)",
+            )
+        return self.pins.pin(targets)
 
     def resolve_output(self, text: str) -> tuple[str, str | None]:
         """The key of an output named by a key (or a unique prefix of one) or by a label, and a
@@ -319,7 +342,13 @@ class Session:
         )
 
     def show(self, text: str, recursive: bool = False) -> tuple[dict, str | None]:
-        """The recipe, provenance, files and metrics of an output (provenance/show.py)."""
+        """The recipe, provenance, files and metrics of an output (provenance/show.py); for
+        an external artifact, where it lives and its pin."""
+        if ":" in text or "/" in text:
+            graph = self.plan([text])
+            target = graph.targets[graph.requested[0]] if len(graph.requested) == 1 else None
+            if target is not None and target.rule.pinned:
+                return self.pins.describe(target), None
         key, note = self.resolve_output(text)
         return describe(self.cache, key, workspace_rules(self.workspace), recursive), note
 

@@ -46,8 +46,15 @@ def _positive(value: object) -> bool:
     [
         (
             "noop.py",
-            [*TOY, "--repeat", "1", "--skip-dvc"],
-            lambda data: [data["marinbuild"]["cold_s"], data["marinbuild"]["noop_s"]["median"]],
+            [*TOY, "--repeat", "1", "--skip-dvc", "--scale-targets", "120", "--scale-packages", "24"],
+            lambda data: [
+                data["marinbuild"]["cold_s"],
+                data["marinbuild"]["noop_s"]["median"],
+                data["marinbuild"]["noop_no_bytecode_s"]["median"],
+                data["marinbuild"]["peak_rss_mib"],
+                data["marinbuild_scale"]["noop_s"]["median"],
+                *data["ratios"].values(),
+            ],
         ),
         (
             "action_overhead.py",
@@ -69,15 +76,19 @@ def test_workspace_benchmarks_measure_at_a_toy_size(tmp_path, script, args, figu
 
 
 def test_the_store_benchmark_measures_against_fake_gcs(tmp_path) -> None:
-    data = _run("store.py", tmp_path, "--targets", "20", "--packages", "2", "--size-mib", "4", "--repeat", "1")
-    assert data["noop"]["noop_requests"] > 0 and _positive(data["noop"]["noop_build_s"])
-    assert all(_positive(value) for value in data["throughput_mib_s"].values()), data
+    args = ("--targets", "40", "--packages", "2", "--delays", "0,5", "--size-mib", "4", "--small-files", "50")
+    data = _run("store.py", tmp_path, *args, "--repeat", "1")
+    for name in ("direct", "proxy_0ms", "proxy_5ms"):
+        assert data["noop"][name]["requests"] > 0 and _positive(data["noop"][name]["noop_s"]), data["noop"]
+    for name in ("large_output", "small_files"):
+        assert _positive(data[name]["upload_ratio"]) and _positive(data[name]["download_ratio"]), data[name]
 
 
 def test_the_training_benchmark_runs_both_ways(tmp_path) -> None:
     data = _run("train_overhead.py", tmp_path, "--steps", "8", "--repeats", "1", timeout=600)
     assert len(data["seconds"]["marinbuild"]) == len(data["seconds"]["direct"]) == 1
-    assert _positive(data["ratio"])
+    assert _positive(data["ratio"]) and _positive(data["tokens_per_s_ratio"])
+    assert data["devices"] and all(device.endswith("cpu") for device in data["devices"]), data["devices"]
 
 
 def test_the_compilation_cache_benchmark_trains_without_with_a_cold_and_a_warm_cache(tmp_path) -> None:

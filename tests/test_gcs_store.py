@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -321,6 +322,9 @@ DAMAGEABLE = """\
 
 @pytest.mark.parametrize("damage", ["flip", "delete"])
 def test_damaged_stored_output_is_never_served_and_is_rebuilt(make_workspace, gcs_bucket, fake_gcs_server, damage):
+    """A look-up trusts a self-verifying entry without listing its outputs (a no-op build
+    costs no request per target); the bytes are checked when read: never served damaged,
+    the entry quarantined, the output rebuilt by the next build."""
     ws = make_workspace({"pkg/BUILD.marin": DAMAGEABLE})
     store = f"gs://{gcs_bucket}/dmg"
     first = build_json(ws, "//pkg:all", store=store)
@@ -330,12 +334,39 @@ def test_damaged_stored_output_is_never_served_and_is_rebuilt(make_workspace, gc
         fs.pipe_file(target, b"alphA\n")
     else:
         fs.rm(target)
-    again = build_json(ws, "//pkg:all", store=store)
-    assert statuses(again) == {"//pkg:a": "built", "//pkg:c": "cached"}
     problem = "does not match its manifest" if damage == "flip" else "is missing"
-    assert problem in again["stderr"]
+    # A teammate's step that reads it (this machine has its own verified copy): fails,
+    # saying why; the entry is quarantined.
+    teammate = make_workspace(
+        {
+            "pkg/BUILD.marin": textwrap.dedent(DAMAGEABLE)
+            + 'genrule(name = "d", srcs = [":a"], outs = ["d.txt"], cmd = "cat $(SRCS) > $@")\n'
+        }
+    )
+    failed = build_json(teammate, "//pkg:d", store=store, expect_rc=1)
+    reason = failed["by_label"]["//pkg:d"]["reason"]
+    assert "an input cannot be read" in reason and problem in reason and "quarantined" in reason, reason
+    rc, out, err = run_cli(teammate, "cache", "verify", store=store)
+    assert rc == 0, out  # the damaged entry is out of the way
+    again = build_json(teammate, "//pkg:all", store=store)
+    assert statuses(again) == {"//pkg:a": "built", "//pkg:c": "cached", "//pkg:d": "built"}
     assert fs.cat_file(target) == b"alpha\n"
     assert not bucket_problems(fs, f"{gcs_bucket}/dmg")
+
+
+def test_cache_verify_finds_damage_that_no_build_has_read(make_workspace, gcs_bucket, fake_gcs_server):
+    ws = make_workspace({"pkg/BUILD.marin": DAMAGEABLE})
+    store = f"gs://{gcs_bucket}/verify"
+    first = build_json(ws, "//pkg:all", store=store)
+    fs = fake_gcs_server.fs()
+    fs.pipe_file(first["by_label"]["//pkg:a"]["output"].removeprefix("gs://") + "/a.txt", b"alphA\n")
+    teammate = make_workspace({"pkg/BUILD.marin": DAMAGEABLE})  # no local copy of the output
+    assert statuses(build_json(teammate, "//pkg:all", store=store)) == {"//pkg:a": "cached", "//pkg:c": "cached"}
+    rc, out, err = run_cli(teammate, "cache", "verify", store=store)
+    assert rc == 1 and "a.txt does not match its manifest" in out and "quarantined 1 entries" in out, out + err
+    assert statuses(build_json(teammate, "//pkg:all", store=store)) == {"//pkg:a": "built", "//pkg:c": "cached"}
+    rc, out, err = run_cli(teammate, "where", "//pkg:a", store=store)
+    assert rc == 0 and (Path(out.strip()) / "a.txt").read_text() == "alpha\n"
 
 
 BIG_OUTPUTS = (

@@ -241,7 +241,7 @@ def test_labels_in_attributes_are_made_absolute(tmp_path):
     target = loader_for(ws).package("p").targets["g"]
     assert target.attrs["srcs"] == ["//p:a", "//p:b", "//q:c", "//q:q", "//p:data/x.txt", "//:top"]
     assert target.attrs["cmd"] == "cat $(location //p:a) $(locations //q:q) > $@"
-    assert target.dependency_labels() == ["//p:a", "//p:b", "//q:c", "//q:q", "//p:data/x.txt", "//:top"]
+    assert list(target.deps) == ["//p:a", "//p:b", "//q:c", "//q:q", "//p:data/x.txt", "//:top"]
 
 
 def test_attribute_values_are_json_like(tmp_path):

@@ -149,11 +149,13 @@ class FaultyProxy:
         host, port = urlsplit(target).hostname, urlsplit(target).port
         self.swallowed: list[str] = []
         self.refused: list[str] = []
+        self.requests: list[str] = []  # every request, in the order it came
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                proxy.requests.append(f"{self.command} {self.path}")
                 status = refuse(self.command, self.path)
                 if status is not None:
                     proxy.refused.append(f"{self.command} {self.path}")

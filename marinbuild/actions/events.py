@@ -4,7 +4,8 @@ It is a reporter like the progress display, so it sees exactly what the display 
 the build starting, each step starting, progress (bytes moved by transfers), each
 result (a cache hit is a step finished `cached`), warnings (waiting for a lease,
 damaged entries), and the end. Lines are appended to `--events FILE` as they happen and
-the whole stream is kept in the store next to the invocation record. A step that waits
+the stream is kept in the store next to the invocation record, less the cache hits
+(which the record lists). A step that waits
 for another builder's lease shows as a `warning` event that says so, followed by the
 holder's log lines as `step_log` events.
 """
@@ -21,23 +22,29 @@ from marinbuild.actions.results import BuildResult, Reporter, TargetResult
 
 
 class EventStream:
+    """Events as they happen, to `--events FILE` (each as one JSON line, cache hits too), and
+    kept for the store, less the cache hits: the invocation record lists those already, and
+    a no-op build of 10,000 targets should not pay for 10,000 events nobody asked for."""
+
     def __init__(self, path: Path | None = None):
-        self._lines: list[str] = []
+        self._kept: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._file: TextIO | None = open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115 - closed in build_finished
 
     def _emit(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"time": round(time.time(), 3), "event": event, **fields})
+        record = {"time": round(time.time(), 3), "event": event, **fields}
         with self._lock:
-            self._lines.append(line)
+            if event != "cache_hit":
+                self._kept.append(record)
             if self._file is not None:
-                self._file.write(line + "\n")
+                self._file.write(json.dumps(record) + "\n")
                 self._file.flush()
 
     @property
     def jsonl(self) -> bytes:
+        """The stream as the store keeps it (every event but the cache hits)."""
         with self._lock:
-            return "".join(line + "\n" for line in self._lines).encode()
+            return "".join(json.dumps(record) + "\n" for record in self._kept).encode()
 
     def build_started(self, total: int) -> None:
         self._emit("build_started", targets=total)
@@ -52,6 +59,8 @@ class EventStream:
         event = {"cached": "cache_hit", "failed": "step_failed", "skipped": "step_skipped"}.get(
             result.status.value, "step_finished"
         )
+        if event == "cache_hit" and self._file is None:
+            return  # kept nowhere: spare building it
         self._emit(event, **result.to_json())
 
     def step_log(self, label: str, line: str) -> None:

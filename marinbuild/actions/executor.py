@@ -49,6 +49,8 @@ def input_files(cache: ActionCache, dependencies: Dependencies, reads_urls: bool
     for label, dependency in dependencies.items():
         if isinstance(dependency, Path):
             inputs[label] = InputFiles(dependency, (dependency,), str(dependency))
+        elif dependency.pinned:
+            inputs[label] = _pinned_files(label, dependency, reads_urls)
         elif by_url:
             inputs[label] = InputFiles(None, (), dependency.directory)
         else:
@@ -57,6 +59,20 @@ def input_files(cache: ActionCache, dependencies: Dependencies, reads_urls: bool
                 root, tuple(root / item.path for item in dependency.manifest.files), dependency.directory
             )
     return inputs
+
+
+def _pinned_files(label: str, dependency: Outputs, reads_urls: bool) -> InputFiles:
+    """An external artifact, read where it lives: a local directory's files in place; a
+    bucket through its URL, by a rule that reads URLs (nothing is copied)."""
+    if not dependency.directory.startswith("gs://"):
+        root = Path(dependency.directory)
+        return InputFiles(root, tuple(sorted(path for path in root.rglob("*") if path.is_file())), str(root))
+    if not reads_urls:
+        raise StepFailed(
+            f"{label} is an external artifact at {dependency.directory}, read in place: "
+            "only a rule that reads URLs (reads_urls) can take it as an input"
+        )
+    return InputFiles(None, (), dependency.directory)
 
 
 class LocalExecutor(Executor):

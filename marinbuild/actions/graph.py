@@ -39,7 +39,8 @@ class Graph:
     order: list[str] = field(default_factory=list)  # rule targets, dependencies first
 
     def rule_deps(self, label: str) -> list[str]:
-        return [dep for dep in self.deps[label] if dep in self.targets]
+        targets = self.targets
+        return [dep for dep in self.deps[label] if dep in targets]
 
     def dependents(self) -> dict[str, list[str]]:
         reverse: dict[str, list[str]] = {label: [] for label in self.targets}
@@ -119,7 +120,7 @@ def _add(loader: PackageLoader, graph: Graph, label: str, referrer: Target | Non
             graph.sources[current] = node
             continue
         graph.targets[current] = node
-        graph.deps[current] = node.dependency_labels()
+        graph.deps[current] = list(node.deps)
         stack.extend((dep, node) for dep in reversed(graph.deps[current]))
 
 

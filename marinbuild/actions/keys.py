@@ -66,7 +66,12 @@ def code_digest(rule: Rule) -> str:
     """The digest of a rule's implementation source: the module of its `impl` and the
     modules it names in `code_modules`. Recorded in every entry, so that `explain`,
     `build` and `query stale()` can tell when the code changed since an output was built."""
-    modules = [rule.impl.__module__, *rule.code_modules]
+    return _modules_digest((rule.impl.__module__, *rule.code_modules))
+
+
+@functools.cache
+def _modules_digest(modules: tuple[str, ...]) -> str:
+    """Once per process: a no-op build asks for every cached target's rule."""
     return digest_json({module: _module_digest(module) for module in modules})
 
 

@@ -33,9 +33,10 @@ from marinbuild.actions.graph import Graph
 from marinbuild.actions.hermetic import StepSettings, recorded_environment, step_environment
 from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
 from marinbuild.actions.resume import resume_point
-from marinbuild.errors import StoreReadOnly, StoreUnavailable
+from marinbuild.errors import GraphError, OutputDamaged, StoreReadOnly, StoreUnavailable
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, reporting_transfers
 from marinbuild.store.live_sync import syncing
+from marinbuild.targets.context import StepFailed
 from marinbuild.targets.rule import Resources, RetryPolicy, Rule, Target
 
 
@@ -97,6 +98,9 @@ class Hooks:
     explain_miss: Callable[[Target, dict[str, Any]], str] | None = None
     # Given a key and where to print lines: the log of whoever holds its lease.
     follow_holder: Callable[[str, Callable[[str], None]], HolderLog] | None = None
+    # The pinned contents of an external artifact (`external`), checked against what its
+    # URL holds now; raises a MarinbuildError (exit 2) if they changed or were never pinned.
+    resolve_pinned: Callable[[Target], Outputs] | None = None
 
 
 class Scheduler:
@@ -140,6 +144,8 @@ class Scheduler:
         started = time.monotonic()
         self.reporter.build_started(len(self.graph.targets))
         self._hash_sources()
+        if len(self.graph.targets) >= _LIST_ENTRIES_FROM:
+            self.cache.list_entries()
         ready = self._ready
         ready.extend(label for label in self.graph.order if self._waiting[label] == 0)
         queued: deque[_Planned] = deque()
@@ -202,8 +208,9 @@ class Scheduler:
 
     def _plan_ready(self) -> list[_Planned]:
         """Plan every ready target, looking their keys up together (in parallel on a remote store)."""
-        labels = list(self._ready)
-        self._ready.clear()
+        ready = list(self._ready)
+        self._ready.clear()  # a pinned target resolved here makes its dependents ready: next round
+        labels = [label for label in ready if not self._resolved_pinned(label)]
         recipes = [
             keys.recipe(
                 self.graph.targets[label],
@@ -244,6 +251,18 @@ class Scheduler:
                 self._record(TargetResult(dependent, Status.PENDING, reason=f"its key needs the output of {label}"))
             return None
         return _Planned(target, key, recipe, reason if self.options.explain else None)
+
+    def _resolved_pinned(self, label: str) -> bool:
+        """Resolve an external artifact at once (it is pinned, never built); False for others."""
+        target = self.graph.targets[label]
+        if not target.rule.pinned:
+            return False
+        if self.hooks.resolve_pinned is None:
+            raise GraphError(f"{label} is an external artifact, which this command cannot resolve")
+        outputs = self.hooks.resolve_pinned(target)
+        self._record(TargetResult(label, Status.PINNED, outputs.key, outputs.directory))
+        self._resolve(label, outputs)
+        return True
 
     def _take_fitting(self, queued: deque[_Planned], used: Resources, busy: bool) -> _Planned | None:
         """The first queued step that fits next to the running ones (anything fits an idle machine)."""
@@ -427,7 +446,12 @@ class Scheduler:
         """Run a step through its `StepRun`, stopped if the lease is lost or the build interrupted."""
         target, label = planned.target, str(planned.target.label)
         dependencies = self._dependencies(target)
-        inputs = input_files(self.cache, dependencies, target.rule.reads_urls) if self.executor.runs_here else {}
+        try:
+            inputs = input_files(self.cache, dependencies, target.rule.reads_urls) if self.executor.runs_here else {}
+        except OutputDamaged as damaged:
+            return RunOutcome(AttemptStatus.FAILED, f"an input cannot be read: {damaged.message}")
+        except StepFailed as refused:
+            return RunOutcome(AttemptStatus.FAILED, str(refused))
         progress = functools.partial(self.reporter.step_progress, label)
         run = StepRun(
             label,
@@ -516,6 +540,11 @@ class Scheduler:
 
     def _scratch(self, planned: _Planned) -> Path | None:
         return self.cache.store.scratch_dir(planned.key) if planned.target.rule.resumable else None
+
+
+# From this many targets on, one listing of the store's entries (a page of a thousand per
+# request on GCS) is cheaper than a request per key.
+_LIST_ENTRIES_FROM = 32
 
 
 class _Tries:

@@ -24,7 +24,6 @@ from click.core import ParameterSource
 
 import marinbuild
 from marinbuild import provenance
-from marinbuild import report as report_pages
 from marinbuild import store as stores
 from marinbuild.actions.results import Reporter
 from marinbuild.actions.scheduler import BuildOptions
@@ -275,7 +274,7 @@ def build(
     with contextlib.redirect_stdout(sys.stderr) if executor == "ray" else contextlib.nullcontext():
         result = session.build(patterns, options, reporter, events, allow_cpu)
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(result.to_json_text())
     elif dry_run:
         for item in result.results.values():
             click.echo(f"{item.status.value:9} {item.label}" + (f"  ({item.reason})" if item.reason else ""))
@@ -289,6 +288,29 @@ def build(
     else:
         click.echo(f"{len(result.requested)} targets requested; 'marinbuild where LABEL' prints where one is")
     sys.exit(0 if result.ok else EXIT_FAILED)
+
+
+@cli.command(cls=_BuildCommand)
+@click.argument("patterns", nargs=-1, required=True)
+@click.pass_context
+@_handles_errors
+def pin(ctx: click.Context, patterns: tuple[str, ...]) -> None:
+    """Pin the external artifacts PATTERNS name: list what each URL holds (names, sizes,
+    checksums; nothing is downloaded) and record the listing's digest in marinbuild.lock,
+    to commit with the BUILD files. Builds stop if the objects change afterwards."""
+    for pinned in _session(ctx).pin(patterns):
+        pin_ = pinned.pin
+        if pinned.previous is not None and pinned.previous.digest == pin_.digest:
+            verdict = "unchanged"
+        elif pinned.previous is None:
+            verdict = "pinned"
+        else:
+            verdict = "re-pinned: its dependents rebuild"
+        click.echo(
+            f"{pinned.label}: {pin_.url}: {pin_.objects} objects, {pin_.bytes:,} bytes, {pin_.digest[:12]} {verdict}"
+        )
+        for change in pinned.changes:
+            click.echo(f"    {change}")
 
 
 @cli.command()
@@ -505,7 +527,9 @@ def report(ctx: click.Context, patterns: tuple[str, ...], out: Path) -> None:
     """Write a static HTML report of PATTERNS' targets: their graph coloured by status, the
     training runs with their metrics and loss curves, scaling-law fits, and every attempt
     with its log, failures included. Open index.html in the output directory; no server or network is needed."""
-    click.echo(report_pages.write_report(_session(ctx), patterns, out).resolve())
+    from marinbuild.report import write_report  # matplotlib and friends: only for a report
+
+    click.echo(write_report(_session(ctx), patterns, out).resolve())
 
 
 @cli.command(cls=_BuildCommand)
@@ -585,13 +609,19 @@ def cache() -> None:
 @click.pass_context
 @_handles_errors
 def cache_verify(ctx: click.Context, patterns: tuple[str, ...]) -> None:
-    """Re-hash the outputs of PATTERNS' entries (default: every entry) and report every mismatch."""
+    """Re-hash the outputs of PATTERNS' entries (default: every entry) and report every
+    mismatch; an entry with one is quarantined, so the next build rebuilds it."""
     session = _session(ctx)
     keys = sorted(session.pattern_keys(patterns)) if patterns else maintenance.entry_keys(session.store)
-    mismatches = maintenance.verify(session.cache, keys)
+    mismatches, kept, verified = maintenance.verify(session.cache, keys)
     for mismatch in mismatches:
         click.echo(f"MISMATCH {mismatch.label} ({mismatch.key[:12]}): {mismatch.problem}")
-    click.echo(f"verified {len(keys)} entries of {session.store.url}: {len(mismatches)} mismatches")
+    click.echo(f"verified {verified} entries of {session.store.url}: {len(mismatches)} mismatches")
+    damaged = {mismatch.key for mismatch in mismatches}
+    if damaged - kept:
+        click.echo(f"quarantined {len(damaged - kept)} entries: the next build rebuilds them")
+    if kept:
+        click.echo(f"could not quarantine {len(kept)} entries: the store is read-only here", err=True)
     sys.exit(EXIT_FAILED if mismatches else 0)
 
 

@@ -84,6 +84,8 @@ def explanation_lines(explanation: Explanation, indent: str = "") -> list[str]:
 
 
 def show_lines(description: dict) -> list[str]:
+    if description.get("external"):
+        return _external_lines(description)
     recipe = description["recipe"]
     lines = [
         f"{description['label']}",
@@ -209,3 +211,17 @@ def comparison_lines(comparison: Comparison) -> list[str]:
 
 def _shared_text(shared: dict[str, Any]) -> str:
     return ", ".join(f"{name} = {_cell(value)}" for name, value in shared.items())
+
+
+def _external_lines(description: dict) -> list[str]:
+    lines = [description["label"], f"  external artifact at {description['url']}"]
+    pin = description["pin"]
+    if pin is None:
+        return [*lines, f"  not pinned: 'marinbuild pin {description['label']}'"]
+    state = "what it holds now" if description["current"] else "CHANGED since: 'marinbuild pin' to accept it"
+    return [
+        *lines,
+        f"  pinned       {pin['pinned']} by {pin['by']} ({state})",
+        f"  digest       {pin['digest']}",
+        f"  contents     {pin['objects']} objects, {pin['bytes']:,} bytes",
+    ]

@@ -167,9 +167,9 @@ class PackageLoader:
         if record is None:
             return None
         package = Package(name, root / BUILD_FILE, reads=tuple(record.files))
-        for target_name, rule_name, attrs, file, line in record.targets:
+        for target_name, rule_name, attrs, file, line, deps in record.targets:
             rule = self.rules[rule_name]
-            package.targets[target_name] = Target(Label(name, target_name), rule, attrs, Location(file, line))
+            package.targets[target_name] = Target(Label(name, target_name), rule, attrs, Location(file, line), deps)
         return package
 
     def _record(self, package: Package, reads: set[str]) -> None:
@@ -179,7 +179,14 @@ class PackageLoader:
             files={relative: self.cache.file_digest(relative) for relative in sorted(reads)},
             globs=list(self._globs),
             targets=[
-                (target.label.name, target.rule.name, dict(target.attrs), target.location.file, target.location.line)
+                (
+                    target.label.name,
+                    target.rule.name,
+                    dict(target.attrs),
+                    target.location.file,
+                    target.location.line,
+                    target.deps,
+                )
                 for target in package.targets.values()
             ],
         )

@@ -32,7 +32,12 @@ class PackageRecord:
 
     files: dict[str, str] = field(default_factory=dict)  # workspace-relative path -> digest
     globs: list[GlobCall] = field(default_factory=list)
-    targets: list[tuple[str, str, dict, str, int]] = field(default_factory=list)  # name, rule, attrs, file, line
+    # name, rule, attrs, file, line, and the labels the attributes mention
+    targets: list[tuple[str, str, dict, str, int, tuple[str, ...]]] = field(default_factory=list)
+
+
+# Bumped whenever PackageRecord changes shape: an older pickle is then ignored, not misread.
+_RECORD_FORMAT = 2
 
 
 def rules_fingerprint(rules: dict[str, Rule]) -> str:
@@ -46,7 +51,7 @@ def rules_fingerprint(rules: dict[str, Rule]) -> str:
         }
         for name, rule in sorted(rules.items())
     }
-    return digest_json({"marinbuild": __version__, "rules": schema})
+    return digest_json({"marinbuild": __version__, "records": _RECORD_FORMAT, "rules": schema})
 
 
 class PackageCache:

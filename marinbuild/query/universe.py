@@ -125,7 +125,7 @@ class Universe:
         found = self._direct.get(label)
         if found is None:
             node = self._nodes[label]
-            found = self._direct[label] = node.dependency_labels() if isinstance(node, Target) else []
+            found = self._direct[label] = list(node.deps) if isinstance(node, Target) else []
         return found
 
     def build_files(self, label: str) -> list[str]:

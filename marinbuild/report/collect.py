@@ -41,6 +41,7 @@ class StepStatus(str, enum.Enum):
     FAILED = "failed"  # the newest attempt at its current key failed
     RUNNING = "running"  # an attempt at its current key has not finished
     NEVER_BUILT = "never built"
+    PINNED = "pinned"  # an external artifact: data that exists already, pinned by its listing
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class StepReport:
     # Small outputs read for the report; filled once, before anything parses them.
     files: dict[str, OutputFile] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # output files whose bytes did not match
+    pin: dict[str, Any] | None = None  # an external artifact's: where it lives, its pin (actions/pins.py)
 
     @property
     def key(self) -> str | None:
@@ -171,6 +173,7 @@ def collect(session: Session, patterns: Sequence[str]) -> Report:
             attempts=[AttemptView(record, _tail(provenance.read_log(session.store, record))) for record in attempts],
             last_build=outcome[0] if outcome else None,
             last_build_reason=outcome[1] if outcome else None,
+            pin=session.pins.describe(graph.targets[label]) if graph.targets[label].rule.pinned else None,
         )
         if entry is not None:
             _read_outputs(session, step, entry)
@@ -182,6 +185,8 @@ def collect(session: Session, patterns: Sequence[str]) -> Report:
 def _status(result: TargetResult, attempts: list[provenance.AttemptRecord]) -> StepStatus:
     if result.status is Status.CACHED:
         return StepStatus.CACHED
+    if result.status is Status.PINNED:
+        return StepStatus.PINNED
     at_key = [record for record in attempts if record.key == result.key] if result.key else []
     if at_key and at_key[-1].status is AttemptStatus.FAILED:
         return StepStatus.FAILED

@@ -23,6 +23,7 @@ COLOURS: dict[StepStatus, tuple[str, str]] = {
     StepStatus.FAILED: ("#f8d7da", "#c62828"),
     StepStatus.RUNNING: ("#cfe2ff", "#1565c0"),
     StepStatus.NEVER_BUILT: ("#eceff1", "#78909c"),
+    StepStatus.PINNED: ("#ede7f6", "#5e35b1"),
 }
 
 _WIDTH, _HEIGHT = 150, 44  # a node

@@ -490,8 +490,22 @@ def _index_page(report: Report) -> tuple[str, str]:
     return title, "\n".join(part for part in body if part)
 
 
+def _pin_text(description: dict[str, Any]) -> str:
+    pin = description["pin"]
+    where = f"<code>{escape(description['url'])}</code>"
+    if pin is None:
+        return f"{where}, not pinned"
+    state = "" if description["current"] else " — <strong>changed since</strong>"
+    return (
+        f"{where}: {pin['objects']:,} objects, {_size(pin['bytes'])}, pinned {escape(pin['pinned'])} "
+        f"by {escape(pin['by'])} (digest <code>{escape(pin['digest'][:16])}</code>){state}"
+    )
+
+
 def _outputs_block(step: StepReport) -> str:
     """The manifest summed up by top-level file or directory, then every file (folded)."""
+    if step.pin is not None:
+        return '<p class="meta">An external artifact, read where it lives (nothing copied).</p>'
     if step.entry is None:
         return (
             f'<p class="meta">No output under the current key ({escape(step.result.reason or step.status.value)}).</p>'
@@ -541,6 +555,8 @@ def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
                 escape(step.last_build.status + (f": {step.last_build_reason}" if step.last_build_reason else "")),
             )
         )
+    if step.pin is not None:
+        facts.append(("external artifact", _pin_text(step.pin)))
     if target.attrs.get("description"):
         facts.append(("description", escape(target.attrs["description"])))
     body = [

@@ -23,7 +23,7 @@ from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec
 from marinbuild.store.deadlines import StorePolicy
 from marinbuild.store.local import LocalStore
 from marinbuild.store.records import Records
-from marinbuild.store.remote import reporting_transfers
+from marinbuild.store.transfers import reporting_transfers
 from marinbuild.store.url import parse_store_url, resolve_store_url
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "Store",
     "StoreSpec",
     "Uploaded",
-    "initialize",
     "new_attempt_id",
     "open_store",
     "parse_store_url",
@@ -92,11 +91,16 @@ def require_leases(store: Store, unsafe_no_locking: bool) -> None:
         )
 
 
-def store_salt(store: Store) -> str:
-    """The store-wide salt that enters every key: bump it to disown every result at once."""
+def store_salt(store: Store, create: bool = False) -> str:
+    """The store-wide salt that enters every key: bump it to disown every result at once.
+
+    `create`: write the store's metadata if it has none (first use, create-only: never
+    overwrites a salt) — one read either way, the first request of every build."""
     data = store.read_bytes(layout.METADATA)
     if data is None:
-        return ""
+        if not create or store.create_only(layout.METADATA, json.dumps({"format": STORE_FORMAT, "salt": ""}).encode()):
+            return ""
+        data = store.read_bytes(layout.METADATA) or b"{}"  # another builder created it first
     try:
         metadata = json.loads(data)
     except ValueError as error:
@@ -104,9 +108,3 @@ def store_salt(store: Store) -> str:
     if metadata.get("format") != STORE_FORMAT:
         raise StoreError(f"{store.url} has store format {metadata.get('format')}, this marinbuild reads {STORE_FORMAT}")
     return str(metadata.get("salt", ""))
-
-
-def initialize(store: Store) -> None:
-    """Write the store's metadata on first use (create-only: never overwrites a salt)."""
-    if not store.exists(layout.METADATA):
-        store.create_only(layout.METADATA, json.dumps({"format": STORE_FORMAT, "salt": ""}).encode())

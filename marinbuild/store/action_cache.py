@@ -20,11 +20,13 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marinbuild.errors import OutputDamaged
 from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_file, digest_json
 from marinbuild.memo import Memo
 from marinbuild.store import layout
@@ -104,6 +106,9 @@ class Outputs:
     manifest: Manifest
     directory: str  # a path, or a URL on a remote store; a string: a no-op build makes 10,000
     rule_code: str | None = None  # the digest of the rule's source when it was built (keys.code_digest)
+    # An external artifact, pinned rather than built: `directory` is where it lives (a URL
+    # or a local directory) and `tree_digest` the digest of its listing (store/listing.py).
+    pinned: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,13 +187,28 @@ class ActionCache:
         self.stat_cache = stat_cache
         self.memo = memo
         self.records = Records(store)
+        # Entries' signatures from one listing of the store (`list_entries`), for a store
+        # where a request per key costs a round trip. Entries are created once and never
+        # rewritten, so a listed one is there as listed; a key not listed is asked for.
+        self._listed: dict[str, Hashable] | None = None
 
     def output_dir(self, key: str) -> str:
         return self.store.location(layout.output(key))
 
     def local_dir(self, outputs: Outputs) -> Path:
-        """The outputs as local files: in place on a local store, else copied by digest."""
-        return self.store.outputs_dir(layout.output(outputs.key), outputs.manifest)
+        """The outputs as local files: in place on a local store, else copied by digest and
+        BLAKE3-verified. Bytes found missing or damaged quarantine the entry (the next
+        build rebuilds it) and raise OutputDamaged."""
+        try:
+            return self.store.outputs_dir(layout.output(outputs.key), outputs.manifest)
+        except (FileNotFoundError, OutputDamaged) as error:
+            problem = str(error) if isinstance(error, OutputDamaged) else f"{error.filename or error} is missing"
+            self.quarantine(outputs.key, new_attempt_id())
+            raise OutputDamaged(
+                f"the output of {outputs.key[:12]} in {self.store.url} is damaged: {problem}; "
+                "its entry was quarantined, and the next build rebuilds it",
+                hint="run the build again",
+            ) from None
 
     def read_output(self, key: str, item: FileEntry) -> bytes | None:
         """The bytes of one (small) output file of `key`, read whole and checked against
@@ -205,9 +225,17 @@ class ActionCache:
         found = {path.rsplit("/", 1)[1].removesuffix(".json") for path in self.store.list(f"ac/{prefix[:2]}")}
         return sorted(key for key in found if key.startswith(prefix))
 
+    def list_entries(self) -> None:
+        """List every entry's signature at once (a page of a thousand per request on GCS),
+        so that looking up thousands of keys costs a few requests, not thousands."""
+        if self.store.lists_signatures and self._listed is None:
+            self._listed = self.store.signatures("ac")
+
     def lookup(self, key: str) -> Lookup:
         path = layout.entry(key)
-        signature = self.store.signature(path)
+        signature = self._listed.get(path) if self._listed is not None else None
+        if signature is None:
+            signature = self.store.signature(path)
         if signature is None:
             return Lookup(None)
         remembered = self.memo.get(path)
@@ -228,8 +256,8 @@ class ActionCache:
         return Lookup(Outputs(key, tree_digest, manifest, self.output_dir(key), rule_code))
 
     def lookup_many(self, keys: list[str]) -> list[Lookup]:
-        """Look keys up together: on a remote store, concurrently, so that a no-op build of
-        thousands of targets costs round trips in parallel rather than one after another."""
+        """Look keys up together: those the listing did not show concurrently on a remote
+        store, so that round trips overlap rather than add up."""
         workers = min(len(keys), self.store.lookup_concurrency)
         if workers < 2:
             return [self.lookup(key) for key in keys]
@@ -329,7 +357,7 @@ class ActionCache:
         if existing.outputs is not None:
             return existing.outputs
         if existing.problem is not None:
-            self._quarantine(attempt.key, attempt.attempt_id)
+            self.quarantine(attempt.key, attempt.attempt_id)
         if isinstance(outputs, Manifest):
             outputs = self.upload(attempt.key, attempt.staging.out, outputs)
         return self._commit(attempt, outputs, recipe, provenance)
@@ -379,8 +407,10 @@ class ActionCache:
         destination.write_bytes(data)
         return True
 
-    def _quarantine(self, key: str, attempt_id: str) -> None:
+    def quarantine(self, key: str, attempt_id: str) -> None:
         """Move an unusable entry aside (kept for inspection) so the key can be published again."""
+        if self._listed is not None:
+            self._listed.pop(layout.entry(key), None)
         data = self.store.read_bytes(layout.entry(key))
         if data is not None:
             self.store.write_bytes(layout.quarantine(key, attempt_id), data)

@@ -50,6 +50,7 @@ class ObjectStat:
 
     size: int
     checksum: str | None  # a content checksum kept by the backend (GCS: "crc32c:..."), if any
+    version: str | None = None  # what changes when the object is rewritten (GCS: its generation)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,9 @@ class Store(abc.ABC):
     scratch_is_shared: bool = True
     # How many look-ups are worth sending at once (round trips to a remote store).
     lookup_concurrency: int = 1
+    # True: one listing of many objects' signatures (`signatures`) is cheaper than asking
+    # for each (a request per object on a remote store); False: a `stat` each is cheap.
+    lists_signatures: bool = False
 
     @property
     def spec(self) -> StoreSpec:
@@ -104,6 +108,12 @@ class Store(abc.ABC):
         """A value that changes whenever the object at `path` is replaced; None if absent.
 
         Lets a reader trust what it already verified without reading it again."""
+
+    def signatures(self, prefix: str) -> dict[str, Hashable]:
+        """`signature` of every object under `prefix`, by path from the store's root, in one
+        listing (a page of a thousand objects per request on GCS): for stores that say
+        `lists_signatures`."""
+        raise NotImplementedError(f"{type(self).__name__} does not list signatures")
 
     @abc.abstractmethod
     def list(self, prefix: str) -> list[str]:

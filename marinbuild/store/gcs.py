@@ -114,8 +114,8 @@ class GCSStore(RemoteStore):
         return f"{self.prefix}/{path}" if self.prefix else path
 
     def checksum(self, info: Mapping[str, Any]) -> str | None:
-        crc32c = info.get("crc32c")
-        return f"crc32c:{crc32c}" if crc32c else None
+        crc32c, md5 = info.get("crc32c"), info.get("md5Hash")
+        return f"crc32c:{crc32c}" if crc32c else f"md5:{md5}" if md5 else None
 
     def local_checksum(self, path: Path) -> str | None:
         import google_crc32c
@@ -128,7 +128,11 @@ class GCSStore(RemoteStore):
 
     def signature(self, path: str) -> Any:
         versioned = self._metadata(path)
-        return None if versioned is None else versioned["generation"]
+        return None if versioned is None else self._signature(versioned)
+
+    def _signature(self, info: Mapping[str, Any]) -> Any:
+        """An object's generation: GCS gives every write of a name a new one."""
+        return str(info["generation"])
 
     # -- conditional operations ---------------------------------------------------------
 

@@ -18,6 +18,7 @@ hex digits of the key so that no directory (or GCS prefix) grows huge or hot.
     tmp/<id>/log.txt                    the log of a running attempt, as it is written
     quarantine/<key>.<id>.json          entries found corrupt, moved aside before a rebuild
     checks/<key>/<id>/                  a step run again aside by `rerun --check` (kept if it differs)
+    listings/<dd>/<digest>.json         listings of pinned external artifacts (`marinbuild pin`)
 """
 
 from __future__ import annotations
@@ -109,6 +110,10 @@ def staging_log(attempt_id: str) -> str:
 
 def check(key: str, attempt_id: str) -> str:
     return f"checks/{key}/{attempt_id}"
+
+
+def listing(digest: str) -> str:
+    return f"listings/{_shard(digest)}.json"
 
 
 def quarantine(key: str, attempt_id: str) -> str:

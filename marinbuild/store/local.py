@@ -31,10 +31,12 @@ def _is_temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
-def _regular_files(root: str) -> tuple[set[str], str | None]:
-    """The regular files under `root` (relative names), and the first entry that is
-    neither a regular file nor a directory (a symlink, a device), if any."""
+def _regular_files(root: str) -> tuple[set[str], str | None, list[str]]:
+    """The regular files under `root` (relative names), the first entry that is neither a
+    regular file nor a directory (a symlink, a device), if any, and the directories
+    (relative, "" for `root`, each else ending in "/")."""
     found: set[str] = set()
+    directories = [""]
     pending = [""]
     while pending:
         relative = pending.pop()
@@ -46,11 +48,12 @@ def _regular_files(root: str) -> tuple[set[str], str | None]:
             name = relative + entry.name
             if entry.is_dir(follow_symlinks=False):
                 pending.append(name + "/")
+                directories.append(name + "/")
             elif entry.is_file(follow_symlinks=False):
                 found.add(name)
             else:
-                return found, name
-    return found, None
+                return found, name, directories
+    return found, None, directories
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -172,7 +175,8 @@ class LocalStore(Store):
             for name in [*files, *(name for name in subdirectories if Path(directory, name).is_symlink())]:
                 if not _is_temporary(name):
                     path = Path(directory, name)
-                    found[path.relative_to(base).as_posix()] = ObjectStat(path.lstat().st_size, None)
+                    status = path.lstat()
+                    found[path.relative_to(base).as_posix()] = ObjectStat(status.st_size, None, str(status.st_mtime_ns))
         return found
 
     @_local_errors
@@ -210,20 +214,27 @@ class LocalStore(Store):
 
     @_local_errors
     def verify_outputs(self, path: str, manifest: Manifest, checksums: dict[str, str]) -> str | None:
-        root = self._prefix + path + "/"  # plain strings: this is the no-op build's hot path
-        present, odd = _regular_files(root)
-        if odd is not None:
-            return f"output {odd} is not a regular file (a symlink or a device), which no step publishes"
-        unlisted = present.difference(item.path for item in manifest.files)
-        if unlisted:
-            return f"output file {min(unlisted)} is not in the manifest (added after publishing)"
+        """Every file of the manifest, checked through the stat cache (a `stat` each), and
+        nothing else in the tree: listed again only when a directory of it changed."""
+        root = self._prefix + path  # plain strings: this is the no-op build's hot path
+        directories = None
+        if not self.stat_cache.listing_unchanged(root):
+            present, odd, directories = _regular_files(root + "/")
+            if odd is not None:
+                return f"output {odd} is not a regular file (a symlink or a device), which no step publishes"
+            unlisted = present.difference(item.path for item in manifest.files)
+            if unlisted:
+                return f"output file {min(unlisted)} is not in the manifest (added after publishing)"
+        prefix = root + "/"
         for item in manifest.files:
             try:
-                digest, size = self.stat_cache.digest(root + item.path)
+                digest, size = self.stat_cache.digest(prefix + item.path)
             except FileNotFoundError:
                 return f"output file {item.path} is missing from the store"
             if size != item.size or digest != item.digest:
                 return f"output file {item.path} does not match its manifest (corrupt)"
+        if directories is not None:
+            self.stat_cache.record_listing(root, directories)
         return None
 
     @contextlib.contextmanager

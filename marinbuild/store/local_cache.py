@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from marinbuild.errors import StoreError
+from marinbuild.errors import OutputDamaged
 from marinbuild.hashing import digest_file
 from marinbuild.store.manifest import Manifest
 
@@ -80,11 +80,12 @@ class LocalCache:
             return tree
         wanted = {item.digest: item for item in manifest.files if not self._blob(item.digest).exists()}
         downloads = {f"{prefix}/{item.path}": self._temporary(item.digest) for item in wanted.values()}
-        store.get_files(downloads, sum(item.size for item in wanted.values()))
+        digests = store.get_files(downloads, sum(item.size for item in wanted.values()), hashed=True)
         for (path, local), item in zip(downloads.items(), wanted.values()):
-            if digest_file(local) != item.digest:
+            # Hashed as the bytes landed; a mismatch is confirmed by hashing the file whole.
+            if digests[local] != item.digest and digest_file(local) != item.digest:
                 local.unlink()
-                raise StoreError(f"{store.location(path)} does not match its manifest (corrupt); it was not used")
+                raise OutputDamaged(f"{store.location(path)} does not match its manifest (corrupt); it was not used")
             self._add_blob(local, item.digest)
             local.unlink()
         return self._assemble(manifest)

@@ -22,8 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from marinbuild.errors import StoreReadOnly
 from marinbuild.store import layout
-from marinbuild.store.action_cache import ActionCache, CacheEntry
+from marinbuild.store.action_cache import ActionCache, CacheEntry, new_attempt_id
 from marinbuild.store.base import ObjectStat, Store
 
 _ATTEMPT_TIME = "%Y%m%dT%H%M%SZ"  # the prefix of attempt and invocation ids
@@ -81,14 +82,26 @@ def _by_key(objects: dict[str, ObjectStat]) -> dict[str, dict[str, ObjectStat]]:
     return grouped
 
 
-def verify(cache: ActionCache, keys: Iterable[str]) -> list[Mismatch]:
-    """Re-hash every file of every entry of `keys` (downloading from a remote store)."""
-    found = []
+def verify(cache: ActionCache, keys: Iterable[str]) -> tuple[list[Mismatch], set[str], int]:
+    """Re-hash every file of every entry of `keys` (downloading from a remote store); an
+    entry with a mismatch is quarantined, so the next build rebuilds it (a look-up on a
+    remote store lists no outputs: damage nobody has read stays until found here). The
+    mismatches, the keys that could not be quarantined (a read-only store), and how many
+    entries were verified (keys without one are skipped)."""
+    found, kept, verified = [], set(), 0
     for key in keys:
+        if not cache.store.exists(layout.entry(key)):
+            continue  # nothing published under it (never built, or quarantined already)
+        verified += 1
         entry, problems = cache.recheck(key)
         label = entry.label if isinstance(entry, CacheEntry) else "?"
         found.extend(Mismatch(key, label, problem) for problem in problems)
-    return found
+        if problems:
+            try:
+                cache.quarantine(key, new_attempt_id())
+            except StoreReadOnly:
+                kept.add(key)
+    return found, kept, verified
 
 
 def entry_keys(store: Store) -> list[str]:

@@ -86,6 +86,15 @@ class Records:
             found.append((attempt_id, key))
         return found
 
+    # -- listings of pinned external artifacts ----------------------------------------------
+
+    def write_listing(self, digest: str, listing: dict[str, Any]) -> None:
+        """Keep a pinned listing, so that a later change can be named object by object."""
+        self.store.write_bytes(layout.listing(digest), canonical_json(listing).encode())
+
+    def read_listing(self, digest: str) -> dict[str, Any] | None:
+        return _parse(self.store.read_bytes(layout.listing(digest)))
+
     # -- invocations -----------------------------------------------------------------------
 
     def write_invocation(self, record: dict[str, Any], events: bytes | None = None) -> None:

@@ -26,80 +26,21 @@ import functools
 import hashlib
 import shutil
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from contextvars import ContextVar
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from marinbuild.errors import StoreError, StoreReadOnly
+from marinbuild.hashing import digest_file
 from marinbuild.store import deadlines
 from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec, WaitingFn
 from marinbuild.store.live_sync import ScratchMirror
 from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.manifest import Manifest
+from marinbuild.store.transfers import TailDigest, transfer_callback
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
-
-# (done, total, unit), as a step reports its own progress.
-TransferProgressFn = Callable[[float, "float | None", str], None]
-_transfer_progress: ContextVar[TransferProgressFn | None] = ContextVar("marinbuild_transfer_progress", default=None)
-
-
-@contextlib.contextmanager
-def reporting_transfers(progress: TransferProgressFn) -> Iterator[None]:
-    """Report the uploads and downloads this thread makes (MiB, files, rate) to `progress`."""
-    token = _transfer_progress.set(progress)
-    try:
-        yield
-    finally:
-        _transfer_progress.reset(token)
-
-
-def _transfer_callback(verb: str, total_bytes: int) -> Any:
-    """An fsspec callback for a batch transfer: bytes moving keep the operation's deadline
-    away (`deadlines`), and are reported to this thread's progress function if it has one."""
-    from fsspec.callbacks import Callback
-
-    report = _transfer_progress.get()
-    clock = deadlines.current()  # called back from fsspec's event loop thread: captured here
-
-    class _File(Callback):
-        def __init__(self, batch: _Batch):
-            super().__init__()
-            self.batch = batch
-
-        def call(self, *args: Any, **kwargs: Any) -> None:
-            self.batch.show()
-
-    class _Batch(Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.files: list[_File] = []
-            self.started = time.monotonic()
-            self.lock = threading.Lock()
-
-        def branched(self, path_1: str, path_2: str, **kwargs: Any) -> _File:
-            child = _File(self)
-            with self.lock:
-                self.files.append(child)
-            return child
-
-        def call(self, *args: Any, **kwargs: Any) -> None:
-            self.show()
-
-        def show(self) -> None:
-            if clock is not None:
-                clock.progressed()
-            if report is None:
-                return
-            with self.lock:
-                done = sum(child.value for child in self.files)
-            rate = done / max(time.monotonic() - self.started, 1e-3) / 2**20
-            report(done / 2**20, total_bytes / 2**20, f"MiB {verb} ({self.value}/{self.size} files, {rate:.0f} MiB/s)")
-
-    return _Batch()
 
 
 def _translating(writes: bool) -> Callable[[_Method], _Method]:
@@ -148,6 +89,7 @@ class RemoteStore(Store):
     step_inputs_by_url = True
     scratch_is_shared = False
     lookup_concurrency = 32
+    lists_signatures = True
     backend_error_types: tuple[type[BaseException], ...] = (OSError,)
 
     def __init__(self, url: str, machine_dir: Path, policy: deadlines.StorePolicy | None = None):
@@ -234,7 +176,19 @@ class RemoteStore(Store):
             info = self._io("info", self._full(path))
         except FileNotFoundError:
             return None
+        return self._signature(info)
+
+    def _version(self, info: Mapping[str, Any]) -> str | None:
+        value = info.get("generation") or info.get("ETag") or info.get("mtime")
+        return None if value is None else str(value)
+
+    def _signature(self, info: Mapping[str, Any]) -> Hashable:
+        """What changes whenever an object is replaced, from its metadata (or a listing's)."""
         return (info.get("size"), info.get("generation") or info.get("ETag") or info.get("mtime"), self.checksum(info))
+
+    @backend_errors
+    def signatures(self, prefix: str) -> dict[str, Hashable]:
+        return {self._relative(full, ""): self._signature(info) for full, info in self._find(prefix).items()}
 
     @backend_errors
     def list(self, prefix: str) -> list[str]:
@@ -250,7 +204,7 @@ class RemoteStore(Store):
     @backend_errors
     def stat_tree(self, prefix: str) -> dict[str, ObjectStat]:
         return {
-            self._relative(full, prefix): ObjectStat(int(info["size"]), self.checksum(info))
+            self._relative(full, prefix): ObjectStat(int(info["size"]), self.checksum(info), self._version(info))
             for full, info in self._find(prefix).items()
         }
 
@@ -269,19 +223,24 @@ class RemoteStore(Store):
         self.local_cache.adopt(local, manifest)  # built here: never downloaded again
         if self._find(path):
             self.delete(path)  # a crashed attempt's leftovers: no entry points at them
-        files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
-        if files:
-            callback = _transfer_callback("uploaded", sum((local / name).stat().st_size for name in files))
-            self._io(
-                "put",
-                [str(local / name) for name in files],
-                [self._full(f"{path}/{name}") for name in files],
-                callback=callback,
-            )
+        files = [item.path for item in manifest.files]
+        # The local checksums are computed while the bytes travel (a thread, not a pass after).
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            local_checksums = pool.submit(lambda: {name: self.local_checksum(local / name) for name in files})
+            if files:
+                callback = transfer_callback("uploaded", manifest.total_bytes)
+                self._io(
+                    "put",
+                    [str(local / name) for name in files],
+                    [self._full(f"{path}/{name}") for name in files],
+                    callback=callback,
+                )
+            sums = local_checksums.result()
         stored = self.stat_tree(path)
         checksums: dict[str, str] = {}
-        for name in files:
-            expected = ObjectStat((local / name).stat().st_size, self.local_checksum(local / name))
+        for item in manifest.files:
+            name = item.path
+            expected = ObjectStat(item.size, sums[name])
             found = stored.get(name)
             if (
                 found is None
@@ -307,38 +266,39 @@ class RemoteStore(Store):
         """Upload local files to objects (concurrently where the backend can), leaving the
         local files in place: for copies of something still in use (a running step's scratch)."""
         if files:
-            callback = _transfer_callback("uploaded", sum(local.stat().st_size for local in files))
+            callback = transfer_callback("uploaded", sum(local.stat().st_size for local in files))
             self._io(
                 "put", [str(local) for local in files], [self._full(path) for path in files.values()], callback=callback
             )
 
     @backend_errors
-    def get_files(self, files: Mapping[str, Path], total_bytes: int = 0) -> None:
+    def get_files(self, files: Mapping[str, Path], total_bytes: int = 0, hashed: bool = False) -> dict[Path, str]:
         """Download objects to local files, concurrently where the backend can (`total_bytes`
-        only serves the progress report)."""
-        if files:
-            callback = _transfer_callback("downloaded", total_bytes)
-            self._io(
-                "get", [self._full(path) for path in files], [str(local) for local in files.values()], callback=callback
-            )
+        only serves the progress report). `hashed`: also the BLAKE3 of each local file,
+        computed as its bytes land rather than in a second pass."""
+        if not files:
+            return {}
+        digests: dict[str, TailDigest] | None = {} if hashed else None
+        callback = transfer_callback("downloaded", total_bytes, digests)
+        self._io(
+            "get", [self._full(path) for path in files], [str(local) for local in files.values()], callback=callback
+        )
+        if digests is None:
+            return {}
+        return {
+            local: digests[str(local)].finish() if str(local) in digests else digest_file(local)
+            for local in files.values()
+        }
 
     def outputs_dir(self, path: str, manifest: Manifest) -> Path:
         return self.local_cache.materialise(self, path, manifest)
 
     def verify_outputs(self, path: str, manifest: Manifest, checksums: dict[str, str]) -> str | None:
-        """One listing: every file present, of its size, with the checksum recorded at
-        upload where the backend keeps one. (Bytes are BLAKE3-checked when downloaded.)"""
-        stored = self.stat_tree(path)
-        unlisted = set(stored).difference(item.path for item in manifest.files)
-        if unlisted:
-            return f"output file {min(unlisted)} is not in the manifest (added after publishing)"
-        for item in manifest.files:
-            found = stored.get(item.path)
-            if found is None:
-                return f"output file {item.path} is missing from the store"
-            expected = checksums.get(item.path)
-            if found.size != item.size or (expected is not None and found.checksum != expected):
-                return f"output file {item.path} does not match its manifest (corrupt)"
+        """Nothing to ask: a look-up trusts a self-verifying entry (it names its key, its
+        recipe hashes to it) without listing its outputs — a request per target would make
+        a no-op build of a thousand cached targets a thousand round trips. The bytes are
+        checked where they are read: a download is BLAKE3-verified (a damaged output is
+        quarantined then, and rebuilt by the next build), and `cache verify` re-hashes all."""
         return None
 
     @contextlib.contextmanager

@@ -153,6 +153,9 @@ class Rule:
     execution: Execution = Execution.THREAD
     # Distributions whose versions are recorded in each output's provenance (e.g. "jax").
     packages: tuple[str, ...] = ()
+    # True: a target of this rule names data that exists already (`external`): it never
+    # runs, and its output is what `marinbuild pin` recorded in marinbuild.lock.
+    pinned: bool = False
     # Environment variables the step is given besides the allow-list ("NAME": passed from
     # the builder's environment; "NAME=value": set). Recorded in each attempt, not in the key.
     env: tuple[str, ...] = ()
@@ -209,6 +212,18 @@ class Target:
     rule: Rule
     attrs: Mapping[str, JsonValue]
     location: Location
+    # Every label the attributes mention, in attribute order, deduplicated: computed once
+    # when the target is declared, and kept with it in the package cache (a no-op build of
+    # 10,000 targets would otherwise walk every attribute of every target again).
+    deps: tuple[str, ...] = field(default=None, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.deps is None:
+            seen: dict[str, None] = {}
+            for name, attr in self.rule.all_attrs.items():
+                for label in attr.type.labels(self.attrs[name]):
+                    seen.setdefault(label)
+            object.__setattr__(self, "deps", tuple(seen))
 
     @property
     def tags(self) -> list[str]:
@@ -217,14 +232,6 @@ class Target:
     @property
     def resources(self) -> Resources:
         return Resources.from_json(self.attrs["resources"], self.rule.resources)
-
-    def dependency_labels(self) -> list[str]:
-        """Every label the target's attributes mention, in attribute order, deduplicated."""
-        seen: dict[str, None] = {}
-        for name, attr in self.rule.all_attrs.items():
-            for label in attr.type.labels(self.attrs[name]):
-                seen.setdefault(label)
-        return list(seen)
 
     def map_labels(self, fn: Callable[[str], str], *, identity_only: bool) -> dict[str, JsonValue]:
         """The attributes with every label replaced by `fn(label)`."""

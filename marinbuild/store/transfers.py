@@ -1,0 +1,119 @@
+"""Moving bytes to and from a remote store: progress reports, deadlines kept away while
+bytes move, and downloads hashed as they land.
+
+Kept apart from `remote.py` so that a build on a local store, which transfers nothing,
+imports none of this machinery (fsspec's callbacks, an event loop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+import blake3
+
+from marinbuild.hashing import digest_file
+from marinbuild.store import deadlines
+
+# (done, total, unit), as a step reports its own progress.
+TransferProgressFn = Callable[[float, "float | None", str], None]
+_transfer_progress: ContextVar[TransferProgressFn | None] = ContextVar("marinbuild_transfer_progress", default=None)
+
+
+@contextlib.contextmanager
+def reporting_transfers(progress: TransferProgressFn) -> Iterator[None]:
+    """Report the uploads and downloads this thread makes (MiB, files, rate) to `progress`."""
+    token = _transfer_progress.set(progress)
+    try:
+        yield
+    finally:
+        _transfer_progress.reset(token)
+
+
+class TailDigest:
+    """The BLAKE3 of a file that a download is writing, read back chunk by chunk as the
+    download reports each one (the bytes are hot in the page cache): the digest is ready
+    when the last byte lands, with no second pass over the file. A download that starts
+    the file again (a retry truncates it) starts the digest again."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.hasher = blake3.blake3()
+        self.handle: Any = None
+        self.offset = 0
+
+    def advance(self) -> None:
+        if self.handle is None:
+            try:
+                self.handle = open(self.path, "rb")  # noqa: SIM115 - closed by finish
+            except FileNotFoundError:
+                return  # not created yet
+        if os.fstat(self.handle.fileno()).st_size < self.offset:
+            self.hasher, self.offset = blake3.blake3(), 0
+            self.handle.seek(0)
+        while chunk := self.handle.read(1 << 20):  # what has reached the file so far
+            self.hasher.update(chunk)
+            self.offset += len(chunk)
+
+    def finish(self) -> str:
+        self.advance()
+        if self.handle is None:
+            return digest_file(self.path)
+        self.handle.close()
+        return self.hasher.hexdigest()
+
+
+def transfer_callback(verb: str, total_bytes: int, digests: dict[str, TailDigest] | None = None) -> Any:
+    """An fsspec callback for a batch transfer: bytes moving keep the operation's deadline
+    away (`deadlines`), are reported to this thread's progress function if it has one,
+    and — for a download given `digests` — hashed as they land, into `digests[local path]`."""
+    from fsspec.callbacks import Callback
+
+    report = _transfer_progress.get()
+    clock = deadlines.current()  # called back from fsspec's event loop thread: captured here
+
+    class _File(Callback):
+        def __init__(self, batch: _Batch, tail: TailDigest | None):
+            super().__init__()
+            self.batch, self.tail = batch, tail
+
+        def call(self, *args: Any, **kwargs: Any) -> None:
+            if self.tail is not None:
+                self.tail.advance()
+            self.batch.show()
+
+    class _Batch(Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.files: list[_File] = []
+            self.started = time.monotonic()
+            self.lock = threading.Lock()
+
+        def branched(self, path_1: str, path_2: str, **kwargs: Any) -> _File:
+            tail = None
+            if digests is not None:
+                tail = digests[path_2] = TailDigest(path_2)
+            child = _File(self, tail)
+            with self.lock:
+                self.files.append(child)
+            return child
+
+        def call(self, *args: Any, **kwargs: Any) -> None:
+            self.show()
+
+        def show(self) -> None:
+            if clock is not None:
+                clock.progressed()
+            if report is None:
+                return
+            with self.lock:
+                done = sum(child.value for child in self.files)
+            rate = done / max(time.monotonic() - self.started, 1e-3) / 2**20
+            report(done / 2**20, total_bytes / 2**20, f"MiB {verb} ({self.value}/{self.size} files, {rate:.0f} MiB/s)")
+
+    return _Batch()
