@@ -86,6 +86,9 @@ def _fit(ctx: Context) -> None:
 
 fit_scaling_law = Rule(
     name="fit_scaling_law",
+    # 2: the fit in plain Python floats (fit.json gains size laws, backtests, held-out
+    # budgets) and redrawn plots: a version-1 output is not what this code makes.
+    version=2,
     impl=_fit,
     doc=(
         "Fit isoFLOP parabolas, the compute-optimal token law and the loss power law"

@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 import numpy as np  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 # No software version or date in the files: the same fit draws the same bytes.
 _METADATA = {"Software": None}
@@ -50,6 +51,7 @@ def isoflops(fit: dict[str, Any], path: Path) -> None:
         )
         labelled.add(run["budget"])
     axes.set_xscale("log")
+    _sparse_minor_labels(axes.xaxis)
     axes.set_xlabel("training tokens")
     axes.set_ylabel("eval loss (nats/token)")
     axes.set_title("IsoFLOP curves (dashed: minimum outside the sweep; star: optimum)")
@@ -84,6 +86,7 @@ def scaling(fit: dict[str, Any], path: Path) -> None:
         label="isoFLOP optima",
     )
     _forecast_bars(left, forecasts, "optimal_tokens", "optimal_tokens_ci")
+    labelled = set()
     for run in fit["held_out"]:
         left.scatter(
             [run["flops"]],
@@ -91,8 +94,9 @@ def scaling(fit: dict[str, Any], path: Path) -> None:
             marker="D",
             color="crimson",
             zorder=4,
-            label=f"held-out run ({run['tokens_ratio']:.2f}x D*)",
+            label=None if run["budget"] in labelled else f"held-out run ({run['tokens_ratio']:.2f}x D*)",
         )
+        labelled.add(run["budget"])
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xlabel("compute C (FLOPs)")
@@ -127,6 +131,10 @@ def scaling(fit: dict[str, Any], path: Path) -> None:
             label=f"held-out ({100 * check['relative_error']:+.2f}%{seeds})",
         )
     right.set_xscale("log")
+    right.set_yscale("log")  # a pure power law is a straight line
+    right.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.0)))
+    right.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    right.yaxis.set_minor_formatter(ticker.NullFormatter())
     right.set_xlabel("compute C (FLOPs)")
     right.set_ylabel("optimal eval loss L*")
     right.set_title("Loss vs compute, with forecasts (95% intervals)")
@@ -136,6 +144,13 @@ def scaling(fit: dict[str, Any], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120, metadata=_METADATA)
     plt.close(figure)
+
+
+def _sparse_minor_labels(axis: Any) -> None:
+    """Minor ticks of a log axis labelled at 2 and 5 only: less than a decade wide, the
+    axis still has labels; a little wider, they do not run into each other."""
+    axis.set_minor_locator(ticker.LogLocator(subs=(2.0, 5.0)))
+    axis.set_minor_formatter(ticker.LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(10, 10)))
 
 
 def _forecast_bars(axes: Any, forecasts: list[dict[str, Any]], value: str, interval: str) -> None:
