@@ -181,10 +181,11 @@ def test_the_docs_show_command_lines() -> None:
     assert ("build", "--executor", "ray", "--ray-address", "HEAD_IP:6379", "--store", "gs://team-bucket/mb") == next(
         command.args[:7] for command in DOC_COMMANDS if command.file == "docs/cluster.md"
     )
-    # The README's commands are those the run below covers, the report's (test_report.py) and
-    # compare's, which needs training runs (test_compare.py).
+    # The README's commands are those the run below covers, the report's (test_report.py),
+    # compare's, which needs training runs (test_compare.py), and pin's, which needs an
+    # external artifact (test_external_artifacts.py).
     readme = {command.args[0] for command in DOC_COMMANDS if command.file == "README.md"} & set(cli.commands)
-    assert readme == {*README_COMMANDS, "report", "serve", "compare"}, readme
+    assert readme == {*README_COMMANDS, "report", "serve", "compare", "pin"}, readme
     assert len(DOC_COMMANDS) > 60
 
 
