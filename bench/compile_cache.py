@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 import benchlib
-from train_overhead import CONFIG, DATA, REPO, attrs, model_target
+from train_overhead import DATA, attrs, model_target, tutorial_workspace
 
 VARIANTS = ("no cache", "cold cache", "warm cache")
 CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
@@ -82,13 +82,7 @@ def train(ws: Path, env: dict[str, str], values: dict) -> dict[str, float]:
 def main() -> None:
     options = parse_args()
     root = options.workdir or Path(tempfile.mkdtemp(prefix="compile-cache-"))
-    ws = root / "ws"
-    (ws / "rules").mkdir(parents=True)
-    (ws / "rules" / "BUILD.marin").write_text("")
-    shutil.copy(REPO / "rules" / "lm.star", ws / "rules" / "lm.star")
-    (ws / "exp").mkdir()
-    (ws / "marinbuild.toml").write_text(CONFIG)
-    (ws / "exp" / "BUILD.marin").write_text(DATA)
+    ws = tutorial_workspace(root)
     default_env = {name: value for name, value in os.environ.items() if name != CACHE_ENV}
     no_cache_env = {**default_env, CACHE_ENV: ""}  # empty: JAX keeps no cache
     benchlib.log("building the data (untimed)")

@@ -74,6 +74,7 @@ class LatencyProxy:
     def __init__(self, upstream: str, delay_s: float):
         parts = urlsplit(upstream)
         self.host, self.port, self.delay_s = parts.hostname, parts.port, delay_s
+        self._writers: set[asyncio.StreamWriter] = set()
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
         threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
@@ -88,6 +89,7 @@ class LatencyProxy:
 
     async def _connection(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         server_reader, server_writer = await asyncio.open_connection(self.host, self.port)
+        self._writers.update((client_writer, server_writer))
         answered = asyncio.Event()
         answered.set()  # a fresh connection: the next bytes start a request
 
@@ -110,7 +112,17 @@ class LatencyProxy:
         await asyncio.gather(requests(), answers(), return_exceptions=True)
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
+        """Stop serving and end the connections still open (the clients' kept-alive ones)."""
+
+        async def shut() -> None:
+            self.server.close()
+            for writer in self._writers:  # their reads see the end: each connection's task returns
+                writer.close()
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            if tasks:
+                await asyncio.wait(tasks, timeout=5)
+
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 

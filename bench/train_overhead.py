@@ -130,6 +130,18 @@ def measured(ws: Path) -> dict:
     return json.loads(done.stdout)["measured"]
 
 
+def tutorial_workspace(root: Path) -> Path:
+    """A workspace under `root` with //rules:lm.star and the tutorial's data in //exp."""
+    ws = root / "ws"
+    (ws / "rules").mkdir(parents=True)
+    (ws / "rules" / "BUILD.marin").write_text("")
+    shutil.copy(REPO / "rules" / "lm.star", ws / "rules" / "lm.star")
+    (ws / "exp").mkdir()
+    (ws / "marinbuild.toml").write_text(CONFIG)
+    (ws / "exp" / "BUILD.marin").write_text(DATA)
+    return ws
+
+
 def timed(run) -> float:
     started = time.perf_counter()
     run()
@@ -139,13 +151,7 @@ def timed(run) -> float:
 def main() -> None:
     options = parse_args()
     root = options.workdir or Path(tempfile.mkdtemp(prefix="train-overhead-"))
-    ws = root / "ws"
-    (ws / "rules").mkdir(parents=True)
-    (ws / "rules" / "BUILD.marin").write_text("")
-    shutil.copy(REPO / "rules" / "lm.star", ws / "rules" / "lm.star")
-    (ws / "exp").mkdir()
-    (ws / "marinbuild.toml").write_text(CONFIG)
-    (ws / "exp" / "BUILD.marin").write_text(DATA)
+    ws = tutorial_workspace(root)
     benchlib.log("building the data (untimed)")
     tokens = Path(marinbuild(ws, "//exp:tokens")["targets"][-1]["output"])
 

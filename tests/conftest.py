@@ -105,13 +105,20 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def run_cli(ws: Path, *args: str, store: str | None = None, timeout: float = CLI_TIMEOUT_S) -> tuple[int, str, str]:
-    """Run `python -m marinbuild --workspace ws [--store S] ARGS`; return (rc, stdout, stderr)."""
+def cli_command(ws: Path, *args: str, store: str | None = None) -> list[str]:
+    """`python -m marinbuild --workspace ws [--store S] ARGS`, for a test that starts it itself."""
     command = [sys.executable, "-m", "marinbuild", "--workspace", str(ws)]
     if store is not None:
         command += ["--store", store]
-    command += list(args)
-    done = subprocess.run(command, cwd=ws, capture_output=True, text=True, timeout=timeout, env=cli_env())
+    return command + list(args)
+
+
+def run_cli(
+    ws: Path, *args: str, store: str | None = None, timeout: float = CLI_TIMEOUT_S, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run `cli_command(ws, *args, store=store)` (in `env`, the tests' own by default); return (rc, stdout, stderr)."""
+    command = cli_command(ws, *args, store=store)
+    done = subprocess.run(command, cwd=ws, capture_output=True, text=True, timeout=timeout, env=env or cli_env())
     return done.returncode, done.stdout, done.stderr
 
 

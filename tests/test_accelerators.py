@@ -10,12 +10,10 @@ by MARINBUILD_ACCELERATORS here, so the test means the same on any machine.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import CLI_TIMEOUT_S, cli_env
+from conftest import cli_env, run_cli
 
 from marinbuild.actions.accelerators import Accelerators, missing, parse
 from marinbuild.errors import WorkspaceError
@@ -36,15 +34,7 @@ GPU_STEP = {
 
 
 def _cli(ws: Path, *args: str, machine: str) -> tuple[int, str, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), *args],
-        cwd=ws,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        env={**cli_env(), "MARINBUILD_ACCELERATORS": machine},
-    )
-    return done.returncode, done.stdout, done.stderr
+    return run_cli(ws, *args, env={**cli_env(), "MARINBUILD_ACCELERATORS": machine})
 
 
 def test_a_step_whose_accelerator_this_machine_lacks_stops_a_local_build(make_workspace):

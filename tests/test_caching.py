@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from conftest import (
     CLI_TIMEOUT_S,
     attempt_records,
     build_json,
+    cli_command,
     cli_env,
     keys,
     output_text,
@@ -388,18 +388,7 @@ def test_two_concurrent_builds_run_each_step_once(make_workspace):
         + 'genrule(name = "top", srcs = [":s0", ":s1", ":s2", ":s3"], outs = ["top.txt"], cmd = "cat $(SRCS) > $@")\n'
     )
     ws = make_workspace({"pkg/BUILD.marin": build})
-    command = [
-        sys.executable,
-        "-m",
-        "marinbuild",
-        "--workspace",
-        str(ws),
-        "build",
-        "--json",
-        "--jobs",
-        "2",
-        "//pkg:all",
-    ]
+    command = cli_command(ws, "build", "--json", "--jobs", "2", "//pkg:all")
     processes = [
         subprocess.Popen(command, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
         for _ in range(2)

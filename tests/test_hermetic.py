@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from conftest import CLI_TIMEOUT_S, attempt_records, build_json, cli_env, keys, run_cli, statuses
+from conftest import attempt_records, build_json, cli_env, keys, run_cli, statuses
 
 from marinbuild.actions.hermetic import recorded_environment, step_environment
 
@@ -22,15 +21,7 @@ SECRET = "MARINBUILD_TEST_SECRET_TOKEN"
 
 def _cli(ws: Path, *args: str, **env: str) -> tuple[int, str, str]:
     """The CLI with extra variables in the builder's environment."""
-    done = subprocess.run(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), *args],
-        cwd=ws,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        env={**cli_env(), **env},
-    )
-    return done.returncode, done.stdout, done.stderr
+    return run_cli(ws, *args, env={**cli_env(), **env})
 
 
 ENV_BUILD = {"pkg/BUILD.marin": 'genrule(name = "env", outs = ["env.txt"], cmd = "env | sort > $@")'}

@@ -8,11 +8,10 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from conftest import attempt_records, build_json, cli_env, keys, run_cli, statuses
+from conftest import attempt_records, build_json, cli_command, cli_env, keys, run_cli, statuses
 
 STEPS = """
 import os, time
@@ -71,16 +70,7 @@ def test_a_killed_worker_is_retried_and_both_attempts_are_recorded(make_workspac
     marker = tmp_path / "worker.pid"
     build = f'py_step(name = "flaky", fn = "steps.py:dies_once", config = {{"marker": "{marker}"}})\n'
     ws = make_workspace({"pkg/BUILD.marin": build, "pkg/steps.py": STEPS})
-    command = [
-        sys.executable,
-        "-m",
-        "marinbuild",
-        "--workspace",
-        str(ws),
-        "build",
-        "--json",
-        *_ray(ray_cluster, "//pkg:flaky"),
-    ]
+    command = cli_command(ws, "build", "--json", *_ray(ray_cluster, "//pkg:flaky"))
     process = subprocess.Popen(
         command, cwd=ws, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

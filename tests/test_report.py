@@ -16,13 +16,12 @@ import base64
 import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.request import urlopen
 from xml.etree import ElementTree
 
-from conftest import CLI_TIMEOUT_S, build_json, cli_env, require_tool, run_cli, statuses, write_files
+from conftest import CLI_TIMEOUT_S, build_json, cli_command, cli_env, require_tool, run_cli, statuses, write_files
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -299,19 +298,7 @@ def test_graph_layout_with_graphviz(monkeypatch) -> None:
 
 def test_serve_regenerates_the_report_while_builds_run(make_workspace) -> None:
     ws = make_workspace(_files("echo g1 > $@"))
-    command = [
-        sys.executable,
-        "-m",
-        "marinbuild",
-        "--workspace",
-        str(ws),
-        "serve",
-        "//pkg:good2",
-        "--port",
-        "0",
-        "--refresh",
-        "1",
-    ]
+    command = cli_command(ws, "serve", "//pkg:good2", "--port", "0", "--refresh", "1")
     server = subprocess.Popen(command, cwd=ws, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip()

@@ -10,10 +10,7 @@ bench/store.py, not asserted here.)
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from conftest import CLI_TIMEOUT_S, build_json, cli_env, statuses
+from conftest import build_json, cli_env, run_cli, statuses
 from test_store_faults import FaultyProxy
 
 
@@ -25,27 +22,11 @@ def _genrules(count: int) -> dict[str, str]:
 def _noop_requests(ws, store: str, upstream: str) -> int:
     proxy = FaultyProxy(upstream)
     try:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "marinbuild",
-                "--workspace",
-                str(ws),
-                "build",
-                "--json",
-                "//pkg:all",
-                "--store",
-                store,
-            ],
-            cwd=ws,
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_S,
-            env={**cli_env(), "STORAGE_EMULATOR_HOST": proxy.url},
+        rc, out, err = run_cli(
+            ws, "build", "--json", "//pkg:all", store=store, env={**cli_env(), "STORAGE_EMULATOR_HOST": proxy.url}
         )
-        assert done.returncode == 0, done.stderr
-        assert '"cached": ' in done.stdout and '"built": 0' in done.stdout
+        assert rc == 0, err
+        assert '"cached": ' in out and '"built": 0' in out
         return len(proxy.requests)
     finally:
         proxy.close()

@@ -206,6 +206,19 @@ def _file(entry: CacheEntry, path: str, limit: int = _MAX_CURVE_BYTES) -> Any:
     return next((item for item in entry.manifest.files if item.path == path and item.size <= limit), None)
 
 
+def metric_rows(data: bytes) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl that have a step: a torn or foreign line is skipped, not an error."""
+    rows = []
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            rows.append(row)
+    return rows
+
+
 def _read_json(cache: ActionCache, entry: CacheEntry, path: str | None) -> Any:
     listed = _file(entry, path) if path else None
     data = cache.read_output(entry.key, listed) if listed is not None else None
@@ -220,14 +233,7 @@ def _curves(cache: ActionCache, output: _Output) -> list[Curve]:
     data = cache.read_output(output.entry.key, listed) if listed is not None else None
     if data is None:
         return []
-    rows = []
-    for line in data.decode(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
-            rows.append(row)
+    rows = metric_rows(data)
     curves = []
     for metric in CURVE_METRICS:
         points = [(row["step"], float(row[metric])) for row in rows if isinstance(row.get(metric), (int, float))]

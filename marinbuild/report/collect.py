@@ -18,6 +18,7 @@ from typing import Any
 from marinbuild import provenance
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.results import Status, TargetResult
+from marinbuild.provenance.compare import metric_rows
 from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
 from marinbuild.store.action_cache import CacheEntry
@@ -72,6 +73,7 @@ class StepReport:
     files: dict[str, OutputFile] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # output files whose bytes did not match
     pin: dict[str, Any] | None = None  # an external artifact's: where it lives, its pin (actions/pins.py)
+    copied: dict[str, Any] | None = None  # where its entry was copied from, if from a mirror (store/mirrors.py)
 
     @property
     def key(self) -> str | None:
@@ -93,17 +95,7 @@ class StepReport:
     @cached_property
     def metrics_rows(self) -> list[dict[str, Any]]:
         found = self.files.get(METRICS_FILE)
-        if found is None:
-            return []
-        rows = []
-        for line in found.data.decode(errors="replace").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and isinstance(row.get("step"), int):
-                rows.append(row)
-        return rows
+        return metric_rows(found.data) if found is not None else []
 
     @property
     def plots(self) -> list[OutputFile]:
@@ -174,6 +166,7 @@ def collect(session: Session, patterns: Sequence[str]) -> Report:
             last_build=outcome[0] if outcome else None,
             last_build_reason=outcome[1] if outcome else None,
             pin=session.pins.describe(graph.targets[label]) if graph.targets[label].rule.pinned else None,
+            copied=session.cache.records.read_copy(entry.key) if entry is not None else None,
         )
         if entry is not None:
             _read_outputs(session, step, entry)

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any
 
@@ -35,19 +36,42 @@ def reporting_transfers(progress: TransferProgressFn) -> Iterator[None]:
         _transfer_progress.reset(token)
 
 
+# One thread hashes what downloads write, so that fsspec's event loop, which calls
+# `TailDigest.advance` back, goes on receiving bytes meanwhile.
+_hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marinbuild-hash")
+
+
 class TailDigest:
     """The BLAKE3 of a file that a download is writing, read back chunk by chunk as the
-    download reports each one (the bytes are hot in the page cache): the digest is ready
-    when the last byte lands, with no second pass over the file. A download that starts
-    the file again (a retry truncates it) starts the digest again."""
+    download reports each one (the bytes are hot in the page cache), on the hashing thread:
+    the digest is ready when the last byte lands, with no second pass over the file. A
+    download that starts the file again (a retry truncates it) starts the digest again."""
 
     def __init__(self, path: str):
         self.path = path
         self.hasher = blake3.blake3()
         self.handle: Any = None
         self.offset = 0
+        self._pending: Future[None] | None = None  # a catch-up queued and not yet started
+        self._lock = threading.Lock()  # guards _pending
+        self._reading = threading.Lock()  # one reader of the file at a time
+        self._finished = False
 
     def advance(self) -> None:
+        """Queue a catch-up with what the file holds now (one at a time: a catch-up reads
+        to the end, so a second queued behind it would find nothing new)."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = _hashing.submit(self._catch_up)
+
+    def _catch_up(self) -> None:
+        with self._lock:
+            self._pending = None
+        with self._reading:
+            if not self._finished:
+                self._read_to_end()
+
+    def _read_to_end(self) -> None:
         if self.handle is None:
             try:
                 self.handle = open(self.path, "rb")  # noqa: SIM115 - closed by finish
@@ -61,11 +85,15 @@ class TailDigest:
             self.offset += len(chunk)
 
     def finish(self) -> str:
-        self.advance()
-        if self.handle is None:
-            return digest_file(self.path)
-        self.handle.close()
-        return self.hasher.hexdigest()
+        """The digest, once the download has written the whole file (read here, in the
+        caller's thread: what the hashing thread has not reached yet)."""
+        with self._reading:
+            self._read_to_end()
+            self._finished = True
+            if self.handle is None:
+                return digest_file(self.path)
+            self.handle.close()
+            return self.hasher.hexdigest()
 
 
 def transfer_callback(verb: str, total_bytes: int, digests: dict[str, TailDigest] | None = None) -> Any:
