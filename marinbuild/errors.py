@@ -77,6 +77,12 @@ class OutputDamaged(StoreError):
     read (a download); its entry has been quarantined, so the next build rebuilds it."""
 
 
+class EgressOverBudget(MarinbuildError):
+    """Entries a build would copy from a mirror in another region add up to more than its
+    egress budget (store/mirrors.py): cross-region bytes cost money, so they are copied
+    only when the budget allows it or the builder says `--allow-egress`."""
+
+
 class ClusterError(MarinbuildError):
     """The Ray cluster to run steps on cannot be reached or used."""
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from marinbuild import provenance
 from marinbuild import store as stores
@@ -27,8 +28,8 @@ from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, wit
 from marinbuild.actions.pins import Pinned, Pins
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
 from marinbuild.actions.resume import resume_point
-from marinbuild.actions.scheduler import BuildOptions, Hooks, Scheduler
-from marinbuild.errors import AcceleratorMissing, GraphError, StoreError, StoreReadOnly
+from marinbuild.actions.scheduler import BuildOptions, Egress, Hooks, Scheduler
+from marinbuild.errors import AcceleratorMissing, EgressOverBudget, GraphError, StoreError, StoreReadOnly
 from marinbuild.hashing import StatCache
 from marinbuild.labels import matches_patterns, parse_label, parse_pattern
 from marinbuild.memo import Memo
@@ -45,7 +46,11 @@ from marinbuild.provenance.show import describe, read_metrics
 from marinbuild.query import QueryResult, Universe, run_query
 from marinbuild.store import ActionCache, AttemptStatus, Outputs
 from marinbuild.store.action_cache import ENTRY_FORMAT
+from marinbuild.store.mirrors import REGION_ENV, BucketRegions, Mirrors, arrange
 from marinbuild.targets.rule import Target
+
+if TYPE_CHECKING:
+    from marinbuild.store.gcs import GCSStore
 
 
 def _not_recorded(*args: object) -> None:
@@ -113,14 +118,41 @@ class Session:
         return PackageLoader(self.workspace, rules, PackageCache(memo, self.workspace.root, self.stat_cache))
 
     @cached_property
-    def store(self) -> stores.Store:
+    def _buckets(self) -> tuple[stores.Store, list[GCSStore]]:
+        """The store, and its mirrors in other regions: with mirrors, the bucket of this
+        builder's region is the store (store/mirrors.py)."""
         spec = stores.StoreSpec(self.store_url, self.workspace.store_timeout_s, self.workspace.store_retry_budget_s)
-        return stores.open_store(spec, self.workspace.state_dir, self.stat_cache)
+        if not self.workspace.mirrors:
+            return stores.open_store(spec, self.workspace.state_dir, self.stat_cache), []
+        region = os.environ.get(REGION_ENV) or self.workspace.region
+        return arrange(spec, self.workspace.mirrors, region, self.workspace.state_dir, self.stat_cache, self._regions)
+
+    @cached_property
+    def _regions(self) -> BucketRegions:
+        """Where each bucket is (GCS's answer, remembered on this machine)."""
+        return BucketRegions(self._memo("bucket-regions.pickle", "bucket-regions-1"))
+
+    @cached_property
+    def store(self) -> stores.Store:
+        return self._buckets[0]
 
     @cached_property
     def cache(self) -> ActionCache:
         memo = self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}-checksums-code")
-        return ActionCache(self.store, self.stat_cache, memo)
+        cache = ActionCache(self.store, self.stat_cache, memo)
+        if self._buckets[1]:
+            cache.mirrors = Mirrors(cache, self._buckets[1], self._regions)
+        return cache
+
+    def egress(self, allowed: bool = False) -> Egress | None:
+        """What a build may copy from the store's mirrors (None: it has none), and where the
+        budget is set, for the error that stops a build past it."""
+        if not self.workspace.mirrors:
+            return None
+        where = self.workspace.setting_location("egress_budget_gb")
+        config = self.workspace.config_file.name
+        setting = f"egress_budget_gb ({where})" if where else f"egress_budget_gb in {config} (default 10)"
+        return Egress(self.workspace.egress_budget_gb, allowed, setting)
 
     def _skip_dirs(self) -> tuple[Path, ...]:
         """Directories never scanned for packages: a store inside the workspace, for one."""
@@ -223,6 +255,9 @@ class Session:
             result = scheduler.run()
         except KeyboardInterrupt:
             record("interrupted", stream)
+            raise
+        except EgressOverBudget:
+            record("failed", stream)
             raise
         finally:
             if executor is not None:

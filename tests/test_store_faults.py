@@ -138,13 +138,16 @@ class FaultyProxy:
     """Forwards every request to `target`, but holds back the answer to those `swallow`
     picks (the client times out although the server did what was asked: a write that
     went through unanswered, to be retried), and answers those `refuse` picks with its
-    status without forwarding them (403: an account that may only read)."""
+    status without forwarding them (403: an account that may only read). `edit` may change
+    an answer's body (tests/test_regions.py: the location of a bucket, which
+    fake-gcs-server sets for all its buckets at once)."""
 
     def __init__(
         self,
         target: str,
         swallow: Callable[[str, str], bool] = lambda method, path: False,
         refuse: Callable[[str, str], int | None] = lambda method, path: None,
+        edit: Callable[[str, str, bytes], bytes] = lambda method, path, body: body,
     ):
         host, port = urlsplit(target).hostname, urlsplit(target).port
         self.swallowed: list[str] = []
@@ -170,7 +173,7 @@ class FaultyProxy:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
                 upstream.request(self.command, self.path, body, headers)
                 answer = upstream.getresponse()
-                data = answer.read()
+                data = edit(self.command, self.path, answer.read())
                 upstream.close()
                 if swallow(self.command, self.path):
                     proxy.swallowed.append(f"{self.command} {self.path}")

@@ -4,10 +4,10 @@ It is a reporter like the progress display, so it sees exactly what the display 
 the build starting, each step starting, progress (bytes moved by transfers), each
 result (a cache hit is a step finished `cached`), warnings (waiting for a lease,
 damaged entries), and the end. Lines are appended to `--events FILE` as they happen and
-the stream is kept in the store next to the invocation record, less the cache hits
-(which the record lists). A step that waits
-for another builder's lease shows as a `warning` event that says so, followed by the
-holder's log lines as `step_log` events.
+the stream is kept in the store next to the invocation record, less the plain cache
+hits (which the record lists; a hit copied from a mirror in another region is kept). A
+step that waits for another builder's lease shows as a `warning` event that says so,
+followed by the holder's log lines as `step_log` events.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class EventStream:
     def _emit(self, event: str, **fields: Any) -> None:
         record = {"time": round(time.time(), 3), "event": event, **fields}
         with self._lock:
-            if event != "cache_hit":
+            if event != "cache_hit" or "reason" in fields:  # a hit with a reason: copied from a mirror
                 self._kept.append(record)
             if self._file is not None:
                 self._file.write(json.dumps(record) + "\n")
@@ -59,7 +59,7 @@ class EventStream:
         event = {"cached": "cache_hit", "failed": "step_failed", "skipped": "step_skipped"}.get(
             result.status.value, "step_finished"
         )
-        if event == "cache_hit" and self._file is None:
+        if event == "cache_hit" and self._file is None and result.reason is None:
             return  # kept nowhere: spare building it
         self._emit(event, **result.to_json())
 

@@ -19,6 +19,7 @@ class Status(str, enum.Enum):
     # Dry runs only: what a build would do.
     WOULD_RUN = "would-run"
     PENDING = "pending"
+    WOULD_COPY = "would-copy"  # in a mirror in another region: a build copies it (store/mirrors.py)
 
 
 @dataclass(frozen=True)

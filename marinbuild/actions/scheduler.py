@@ -31,13 +31,25 @@ from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, input_files
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.hermetic import StepSettings, recorded_environment, step_environment
-from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
+from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
 from marinbuild.actions.resume import resume_point
-from marinbuild.errors import GraphError, OutputDamaged, StoreReadOnly, StoreUnavailable
+from marinbuild.errors import EgressOverBudget, GraphError, OutputDamaged, StoreReadOnly, StoreUnavailable
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, reporting_transfers
 from marinbuild.store.live_sync import syncing
+from marinbuild.store.mirrors import MirrorHit, format_bytes
 from marinbuild.targets.context import StepFailed
 from marinbuild.targets.rule import Resources, RetryPolicy, Rule, Target
+
+
+@dataclass(frozen=True)
+class Egress:
+    """What a build may copy from mirrors in other regions (store/mirrors.py): `budget_gb`
+    of cross-region bytes, or anything with `allowed` (`--allow-egress`). `setting` says
+    where the budget is set, for the error that stops a build past it."""
+
+    budget_gb: float = 10.0
+    allowed: bool = False
+    setting: str = "egress_budget_gb"
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,9 @@ class BuildOptions:
     ray_placement_timeout_s: float = 600.0
     ray_shared_scratch: str | None = None  # a directory every node mounts, for multi-host scratch
     steps: StepSettings = StepSettings()  # environment, sandbox, default timeout (actions/hermetic.py)
+    # Look keys missing from the store up in its mirrors, and copy what they hold within
+    # this budget; None: mirrors are not asked (commands that only read the store).
+    egress: Egress | None = None
 
 
 def machine_capacity() -> Resources:
@@ -137,6 +152,10 @@ class Scheduler:
         self.read_only: StoreReadOnly | None = None
         self._runs: set[StepRun] = set()  # the steps running now
         self._runs_lock = threading.Lock()
+        self._copies: list[tuple[str, MirrorHit]] = []  # found in mirrors, not yet copied
+        self.foreseen: dict[str, MirrorHit] = {}  # every target found in a mirror (a dry run's are foreseen)
+        self._looked_ahead = False  # whether the copies this build can foresee were checked
+        self._egress_bytes = 0  # copied across regions so far
 
     # -- the coordinator loop ------------------------------------------------------------
 
@@ -157,6 +176,8 @@ class Scheduler:
                 while ready or (queued and not stopping) or running:
                     while ready:
                         queued.extend(self._plan_ready())
+                        if self._copies:
+                            self._copy_from_mirrors()  # resolves them: what follows is ready
                     while queued and not stopping and len(running) < self.options.jobs:
                         planned = self._take_fitting(queued, used, bool(running))
                         if planned is None:
@@ -176,7 +197,7 @@ class Scheduler:
                         used = _add(used, planned.target.resources, -1)
                         if not self._finish(planned, future.result()) and not self.options.keep_going:
                             stopping = True
-            except StoreUnavailable:
+            except (StoreUnavailable, EgressOverBudget):
                 # Every step needs the store: stop the running ones (their processes are
                 # killed) before the pool waits for them, then stop the build (exit 2).
                 self._stop_all()
@@ -224,12 +245,44 @@ class Scheduler:
         self.recipes.update(zip(labels, recipes))
         action_keys = [keys.action_key(recipe) for recipe in recipes]
         lookups = self.cache.lookup_many(action_keys)
-        planned = (self._plan(*arguments) for arguments in zip(labels, recipes, action_keys, lookups))
+        in_mirrors = self._find_in_mirrors(action_keys, lookups)
+        planned = (
+            self._plan(label, recipe, key, lookup, in_mirrors.get(key))
+            for label, recipe, key, lookup in zip(labels, recipes, action_keys, lookups)
+        )
         return [item for item in planned if item is not None]
 
-    def _plan(self, label: str, recipe: dict[str, Any], key: str, lookup: Lookup) -> _Planned | None:
-        """Resolve a hit at once; return a miss to be run (or shown, when dry)."""
+    def _find_in_mirrors(self, action_keys: list[str], lookups: list[Lookup]) -> dict[str, MirrorHit]:
+        """The keys the store lacks (no entry at all) that a mirror holds, verified there;
+        a build only, and only after the local look-ups, so a no-op asks no mirror."""
+        mirrors = self.cache.mirrors
+        if self.options.egress is None or mirrors is None:
+            return {}
+        missing = [
+            key for key, lookup in zip(action_keys, lookups) if lookup.outputs is None and lookup.problem is None
+        ]
+        if not missing:
+            return {}
+        hits, problems = mirrors.find(missing)
+        for problem in problems:
+            self.reporter.warning(f"{problem}; not copied: it is built here")
+        return hits
+
+    def _plan(
+        self, label: str, recipe: dict[str, Any], key: str, lookup: Lookup, mirrored: MirrorHit | None = None
+    ) -> _Planned | None:
+        """Resolve a hit at once (one in a mirror is copied before any step that follows
+        runs); return a miss to be run (or shown, when dry)."""
         target = self.graph.targets[label]
+        if mirrored is not None and self.cache.mirrors is not None:
+            self.foreseen[label] = mirrored
+            if not self.options.dry_run:
+                self._copies.append((label, mirrored))  # resolved once copied
+                return None
+            reason = f"in {mirrored.describe()}: a build copies it"
+            self._record(TargetResult(label, Status.WOULD_COPY, key, reason=reason))
+            self._resolve(label, self.cache.mirrors.outputs(mirrored))
+            return None
         if lookup.outputs is not None:
             built_with = lookup.outputs.rule_code
             code_changed = built_with is not None and built_with != keys.code_digest(target.rule)
@@ -251,6 +304,64 @@ class Scheduler:
                 self._record(TargetResult(dependent, Status.PENDING, reason=f"its key needs the output of {label}"))
             return None
         return _Planned(target, key, recipe, reason if self.options.explain else None)
+
+    def _copy_from_mirrors(self) -> None:
+        """Copy what the last round of planning found in mirrors, then resolve it, before
+        any step that may read it starts. The first time, every copy the build can foresee
+        (a dry run of the graph, mirror hits resolved in memory: what lies downstream of
+        them) is checked against the egress budget at once, so a build past it copies
+        nothing; each round is checked again, for copies found downstream of steps that ran.
+        Past the budget the build stops (exit 2) listing the copies, unless egress is allowed."""
+        pending, self._copies = self._copies, []
+        egress, mirrors = self.options.egress, self.cache.mirrors
+        assert egress is not None and mirrors is not None
+        budget = egress.budget_gb * 1e9
+        if not egress.allowed and not self._looked_ahead:
+            self._looked_ahead = True
+            ahead = Scheduler(
+                self.graph,
+                self.cache,
+                self.salt,
+                dataclasses.replace(self.options, dry_run=True, jobs=1),
+                NullReporter(),
+                self.workspace,
+                hooks=self.hooks,
+            )
+            ahead.run()
+            foreseen = sum(hit.bytes for hit in ahead.foreseen.values() if hit.crosses_regions)
+            if foreseen > budget:
+                raise self._over_budget(list(ahead.foreseen.items()), foreseen, egress)
+        crossing = sum(hit.bytes for _label, hit in pending if hit.crosses_regions)
+        if crossing and not egress.allowed and self._egress_bytes + crossing > budget:
+            raise self._over_budget(pending, crossing, egress)
+
+        def copy(label: str, hit: MirrorHit) -> Outputs:
+            with reporting_transfers(functools.partial(self.reporter.step_progress, label)):
+                return mirrors.copy(hit)
+
+        with ThreadPoolExecutor(max_workers=min(len(pending), _PARALLEL_COPIES), thread_name_prefix="copy") as pool:
+            copied = list(pool.map(lambda item: copy(*item), pending))
+        for (label, hit), outputs in zip(pending, copied):
+            self._egress_bytes += hit.bytes if hit.crosses_regions else 0
+            reason = f"copied from {hit.describe()}"
+            self._record(TargetResult(label, Status.CACHED, hit.key, outputs.directory, reason=reason))
+            self._resolve(label, outputs)
+
+    def _over_budget(self, found: list[tuple[str, MirrorHit]], crossing: int, egress: Egress) -> EgressOverBudget:
+        """The error that stops a build past its egress budget: every copy across regions
+        it would make, with its size, at the BUILD line of the first."""
+        crossing_hits = [(label, hit) for label, hit in found if hit.crosses_regions]
+        lines = [f"{label} ({hit.key[:12]}): {hit.describe()}" for label, hit in crossing_hits[:20]]
+        if len(crossing_hits) > 20:
+            lines.append(f"... and {len(crossing_hits) - 20} more")
+        already = f", after {format_bytes(self._egress_bytes)} copied" if self._egress_bytes else ""
+        return EgressOverBudget(
+            f"copying {len(crossing_hits)} entries from other regions would move {format_bytes(crossing)}{already}, "
+            f"over this build's egress budget of {format_bytes(egress.budget_gb * 1e9)}; none of them was copied:\n    "
+            + "\n    ".join(lines),
+            location=self.graph.targets[crossing_hits[0][0]].location,
+            hint=f"pass --allow-egress to copy them anyway, or raise {egress.setting}",
+        )
 
     def _resolved_pinned(self, label: str) -> bool:
         """Resolve an external artifact at once (it is pinned, never built); False for others."""
@@ -541,6 +652,9 @@ class Scheduler:
     def _scratch(self, planned: _Planned) -> Path | None:
         return self.cache.store.scratch_dir(planned.key) if planned.target.rule.resumable else None
 
+
+# Entries copied from mirrors at once (each a lease and a few requests around GCS's rewrites).
+_PARALLEL_COPIES = 8
 
 # From this many targets on, one listing of the store's entries (a page of a thousand per
 # request on GCS) is cheaper than a request per key.

@@ -232,6 +232,12 @@ def _is_subtraction(arg: str) -> bool:
     help="Run steps that ask for a GPU or TPU this machine lacks anyway (JAX then uses the CPU); "
     "without it such a step stops a local build.",
 )
+@click.option(
+    "--allow-egress",
+    is_flag=True,
+    help="Copy entries from the store's mirrors in other regions even past the egress budget "
+    "(egress_budget_gb, default 10 GB a build); without it such a build stops before copying.",
+)
 @click.pass_context
 @_handles_errors
 def build(
@@ -250,6 +256,7 @@ def build(
     events: Path | None,
     sandbox: bool | None,
     allow_cpu: bool,
+    allow_egress: bool,
 ) -> None:
     """Build the targets matched by PATTERNS (`//pkg:name`, `//pkg:all`, `//pkg/...`, `-PATTERN`)."""
     session = _session(ctx)
@@ -265,6 +272,7 @@ def build(
         strict_code=strict_code,
         explain=explain,
         steps=session.step_settings(sandbox),
+        egress=session.egress(allow_egress),
     )
     if executor == "ray":  # the cluster queues steps by their resources, not this machine
         options = dataclasses.replace(options, capacity=Resources(cpu=math.inf, memory_gb=math.inf))
@@ -677,6 +685,8 @@ def cache_stats(ctx: click.Context) -> None:
     click.echo(f"{session.store.url}: {found.keys} keys, {found.entries} entries, {found.leases_held} leases held")
     for area in sorted(found.objects_by_area):
         click.echo(f"  {area}/: {found.objects_by_area[area]} objects, {found.bytes_by_area[area]:,} bytes")
+    for (origin, destination), (count, size) in sorted(found.copied.items()):
+        click.echo(f"  copied from {origin} to {destination}: {count} entries, {size:,} bytes")
     if found.leftovers:
         click.echo(
             f"  {len(found.leftovers)} staging directories left by killed builders, "

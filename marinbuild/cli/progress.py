@@ -39,7 +39,8 @@ def summary_line(result: BuildResult) -> str:
 
 
 class PlainReporter:
-    """One line per event that matters; cached targets are only counted (there may be 10,000)."""
+    """One line per event that matters; cached targets are only counted (there may be 10,000),
+    but for those copied from a mirror in another region."""
 
     def __init__(self, stream: TextIO = sys.stderr):
         self.stream = stream
@@ -71,8 +72,8 @@ class PlainReporter:
 
     def step_finished(self, result: TargetResult) -> None:
         self.finished += 1
-        if result.status is Status.CACHED:
-            return
+        if result.status is Status.CACHED and result.reason is None:
+            return  # a plain hit; one with a reason was copied from a mirror, which is worth a line
         line = f"[{self.finished}/{self.total}] {result.status.value} {result.label}"
         if result.status is Status.BUILT:
             line += f" ({result.duration_s:.2f}s)" + (f": {result.reason}" if result.reason else "")

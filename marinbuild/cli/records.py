@@ -105,6 +105,12 @@ def show_lines(description: dict) -> list[str]:
         f"    {name}: {json.dumps(value) if isinstance(value, dict) else value}"
         for name, value in description["provenance"].items()
     ]
+    copied = description.get("copied")
+    if copied:
+        lines.append(
+            f"  copied       from {copied['from']} ({copied['from_region']} → {copied['to_region']}), "
+            f"{copied['bytes']:,} bytes, {copied['copied']} by {copied['by']}"
+        )
     lines.append(f"  outputs ({len(description['outputs'])} files, {description['total_bytes']:,} bytes)")
     lines += [
         f"    {item['path']}  {item['size']:,} bytes  {short(item['blake3'])}"

@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from marinbuild.errors import WorkspaceError, did_you_mean
+from marinbuild.errors import Location, WorkspaceError, did_you_mean
 
 BUILD_FILE = "BUILD.marin"
 _KNOWN_SETTINGS = {
@@ -28,6 +28,9 @@ _KNOWN_SETTINGS = {
     "load_timeout_s",
     "store_timeout_s",
     "store_retry_budget_s",
+    "mirrors",
+    "region",
+    "egress_budget_gb",
 }
 EXECUTORS = ("local", "ray")
 # Never packages: VCS data, virtual environments, caches. The store is added at runtime.
@@ -56,6 +59,25 @@ class Workspace:
     # and seconds an operation may keep failing before the build stops. None: the default.
     store_timeout_s: float | None = None
     store_retry_budget_s: float | None = None
+    # A store in several regions (store/mirrors.py): buckets holding copies of the same
+    # store, the region this builder runs in (None: the store's own bucket is local), and
+    # how many GB a build may copy across regions without --allow-egress.
+    mirrors: tuple[str, ...] = ()
+    region: str | None = None
+    egress_budget_gb: float = 10.0
+
+    def setting_location(self, name: str) -> Location | None:
+        """The line of the settings file that sets `name`, for an error about it (None if
+        it is not set there: it has its default). TOML parsers keep no line numbers, so it
+        is the first line that assigns it, after `[tool.marinbuild]` in a pyproject.toml."""
+        lines = self.config_file.read_text().splitlines()
+        start = 0
+        if self.config_file.name == "pyproject.toml":
+            start = next((n for n, line in enumerate(lines) if line.strip() == "[tool.marinbuild]"), 0)
+        for number in range(start, len(lines)):
+            if lines[number].split("=", 1)[0].strip() == name and "=" in lines[number]:
+                return Location(self.config_file.relative_to(self.root).as_posix(), number + 1)
+        return None
 
     @property
     def state_dir(self) -> Path:
@@ -148,7 +170,25 @@ def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
     if not isinstance(sandbox, bool):
         raise WorkspaceError(f"{config_file}: 'sandbox' must be true or false, got {sandbox!r}")
     load_timeout_s = _seconds(settings, "load_timeout_s", config_file)
+    mirrors = _string_list(settings, "mirrors", config_file)
+    for mirror in mirrors:
+        if not mirror.startswith("gs://") or not mirror.removeprefix("gs://").strip("/"):
+            raise WorkspaceError(
+                f"{config_file}: 'mirrors' lists gs:// buckets (copies are GCS rewrites), got {mirror!r}",
+                hint='e.g. mirrors = ["gs://team-eu-west4/mb"]',
+            )
+    region = settings.get("region")
+    if region is not None and (not isinstance(region, str) or not region):
+        raise WorkspaceError(f"{config_file}: 'region' must be a GCS region such as 'us-central2', got {region!r}")
+    egress_budget_gb = settings.get("egress_budget_gb", Workspace.egress_budget_gb)
+    if isinstance(egress_budget_gb, bool) or not isinstance(egress_budget_gb, (int, float)) or egress_budget_gb < 0:
+        raise WorkspaceError(
+            f"{config_file}: 'egress_budget_gb' must be a number of GB (0 or more), got {egress_budget_gb!r}"
+        )
     return Workspace(
+        mirrors=mirrors,
+        region=region,
+        egress_budget_gb=float(egress_budget_gb),
         root=root,
         store_timeout_s=_seconds(settings, "store_timeout_s", config_file),
         store_retry_budget_s=_seconds(settings, "store_retry_budget_s", config_file),

@@ -77,4 +77,7 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
         "metrics": read_metrics(cache, entry, rules.get(recipe["rule"])),
         # What the attempt that made the output measured (`ctx.measure`): not part of it.
         "measured": record.get("measured", {}),
+        # Where the entry came from if it was copied from a mirror in another region
+        # (store/mirrors.py); the provenance above is the original builder's.
+        **({"copied": copied} if (copied := cache.records.read_copy(key)) is not None else {}),
     }

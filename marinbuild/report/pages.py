@@ -557,6 +557,17 @@ def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
         )
     if step.pin is not None:
         facts.append(("external artifact", _pin_text(step.pin)))
+    if step.copied is not None:
+        copied = step.copied
+        facts.append(
+            (
+                "copied",
+                escape(
+                    f"from {copied['from']} ({copied['from_region']} → {copied['to_region']}), "
+                    f"{_size(copied['bytes'])}, {copied['copied']} by {copied['by']}"
+                ),
+            )
+        )
     if target.attrs.get("description"):
         facts.append(("description", escape(target.attrs["description"])))
     body = [

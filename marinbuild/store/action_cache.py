@@ -24,7 +24,7 @@ from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marinbuild.errors import OutputDamaged
 from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_file, digest_json
@@ -33,6 +33,9 @@ from marinbuild.store import layout
 from marinbuild.store.base import Lease, Store, WaitingFn
 from marinbuild.store.manifest import FileEntry, Manifest
 from marinbuild.store.records import Records
+
+if TYPE_CHECKING:
+    from marinbuild.store.mirrors import Mirrors
 
 ENTRY_FORMAT = 1
 _PARALLEL_LOOKUPS = 32
@@ -177,6 +180,25 @@ class Attempt:
     record: dict[str, Any] = field(default_factory=dict)
 
 
+def verify_entry(key: str, data: bytes, path: str) -> CacheEntry | str:
+    """The entry whose bytes are `data`, filed under `key` at `path` (a URL, for messages),
+    or what is wrong with it (DESIGN.md invariant 7): it must name `key`, its recipe must
+    hash to `key`, and its tree digest must be its manifest's. Wherever the bytes come
+    from — this store, or a mirror in another region — the same checks decide."""
+    try:
+        entry = CacheEntry.from_json(json.loads(data))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        return f"action-cache entry {path} is unreadable ({error})"
+    if entry.key != key:
+        return f"action-cache entry {path} names another key, {entry.key[:12]} (corrupt: filed under the wrong key)"
+    if digest_json(entry.recipe) != key:
+        return f"action-cache entry {path} holds a recipe whose key is not {key[:12]} (corrupt)"
+    if entry.tree_digest != entry.manifest.tree_digest:
+        # Dependents' keys are made of this digest: it must be the manifest's, not just stored.
+        return f"action-cache entry {path} has a tree digest that does not match its manifest (corrupt)"
+    return entry
+
+
 class ActionCache:
     """Lookups verify every file of an entry; `memo` remembers entries already parsed and
     checked, trusted while the entry object's signature is unchanged (entries are never
@@ -191,6 +213,9 @@ class ActionCache:
         # where a request per key costs a round trip. Entries are created once and never
         # rewritten, so a listed one is there as listed; a key not listed is asked for.
         self._listed: dict[str, Hashable] | None = None
+        # Buckets in other regions holding copies of this store, asked by a build for keys
+        # missing here (store/mirrors.py); None: a store in one place.
+        self.mirrors: Mirrors | None = None
 
     def output_dir(self, key: str) -> str:
         return self.store.location(layout.output(key))
@@ -275,18 +300,7 @@ class ActionCache:
         data = self.store.read_bytes(path)
         if data is None:
             return f"action-cache entry {path} vanished while being read"
-        try:
-            entry = CacheEntry.from_json(json.loads(data))
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            return f"action-cache entry {path} is unreadable ({error})"
-        if entry.key != key:
-            return f"action-cache entry {path} names another key, {entry.key[:12]} (corrupt: filed under the wrong key)"
-        if digest_json(entry.recipe) != key:
-            return f"action-cache entry {path} holds a recipe whose key is not {key[:12]} (corrupt)"
-        if entry.tree_digest != entry.manifest.tree_digest:
-            # Dependents' keys are made of this digest: it must be the manifest's, not just stored.
-            return f"action-cache entry {path} has a tree digest that does not match its manifest (corrupt)"
-        return entry
+        return verify_entry(key, data, path)
 
     def recheck(self, key: str) -> tuple[CacheEntry | str, list[str]]:
         """Re-hash every output file of `key`'s entry (no memo, no stat cache, no checksum

@@ -25,6 +25,7 @@ default Google credentials are used.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import json
@@ -38,13 +39,18 @@ from urllib.parse import quote
 
 from marinbuild.errors import StoreError
 from marinbuild.network import unreachable
+from marinbuild.store import deadlines
 from marinbuild.store.base import Lease, WaitingFn
 from marinbuild.store.deadlines import StorePolicy
 from marinbuild.store.lease_object import LeaseSettings, current_holder, held_lease
 from marinbuild.store.remote import RemoteStore, backend_errors, backend_writes
+from marinbuild.store.transfers import transfer_callback
 
 _PUBLIC_ENDPOINT = "https://storage.googleapis.com"
 _BOUNDARY = "marinbuild-part"
+# Rewrites of one copy in flight at once: each is a request GCS answers when it has moved
+# the object (or a chunk of a large one), so a few overlap the round trips.
+_PARALLEL_REWRITES = 8
 
 # gcsfs logs each request it gives up on, with a traceback, and Python prints that on
 # stderr when nobody configured logging. The deadlines retry it, and what finally fails
@@ -209,6 +215,56 @@ class GCSStore(RemoteStore):
                 hint=f"create it: gcloud storage buckets create gs://{self.bucket}",
             ) from None
         return True
+
+    # -- regions -----------------------------------------------------------------------------
+
+    @backend_errors
+    def bucket_location(self) -> str:
+        """Where GCS keeps the bucket (`us-central2`, `europe-west4`, a multi-region `us`),
+        lower-cased; a bucket's location never changes."""
+        metadata = self._io("call", "GET", "b/{}", self.bucket, json_out=True)
+        return str(metadata.get("location", "")).lower()
+
+    @backend_writes
+    def rewrite_from(self, source: GCSStore, paths: Mapping[str, str], total_bytes: int) -> None:
+        """Copy objects of another bucket into this one with GCS's rewrite: the bytes move
+        between the buckets inside Google, none through this machine. `paths` maps each
+        source path (under `source`'s root) to its path here.
+
+        A large or cross-region object takes several calls (each answers with a token to
+        continue); every answer moves the operation's deadline on, as bytes moving in a
+        download do, and is reported as progress (MiB copied)."""
+        callback = transfer_callback("copied", total_bytes)
+        callback.set_size(len(paths))
+        limit = asyncio.Semaphore(_PARALLEL_REWRITES)
+
+        async def rewrite(origin: str, destination: str) -> None:
+            progress = callback.branched(origin, destination)
+            token = None
+            async with limit:
+                while True:
+                    answer = await self.fs._call(
+                        "POST",
+                        "b/{}/o/{}/rewriteTo/b/{}/o/{}",
+                        source.bucket,
+                        source._key(origin),
+                        self.bucket,
+                        self._key(destination),
+                        headers={"Content-Type": "application/json"},
+                        rewriteToken=token,
+                        json_out=True,
+                    )
+                    progress.absolute_update(int(answer.get("totalBytesRewritten", 0)))
+                    if answer.get("done"):
+                        break
+                    token = answer["rewriteToken"]
+            callback.relative_update(1)
+
+        async def rewrite_all() -> None:
+            await asyncio.gather(*(rewrite(origin, destination) for origin, destination in paths.items()))
+
+        deadlines.wait(asyncio.run_coroutine_threadsafe(rewrite_all(), self.fs.loop))
+        self.fs.invalidate_cache()
 
     def lease_holder(self, name: str) -> str | None:
         holder = current_holder(self, name)

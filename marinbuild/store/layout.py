@@ -19,6 +19,7 @@ hex digits of the key so that no directory (or GCS prefix) grows huge or hot.
     quarantine/<key>.<id>.json          entries found corrupt, moved aside before a rebuild
     checks/<key>/<id>/                  a step run again aside by `rerun --check` (kept if it differs)
     listings/<dd>/<digest>.json         listings of pinned external artifacts (`marinbuild pin`)
+    copies/<kk>/<key>.json              where an entry copied from a mirror came from (store/mirrors.py)
 """
 
 from __future__ import annotations
@@ -118,3 +119,7 @@ def listing(digest: str) -> str:
 
 def quarantine(key: str, attempt_id: str) -> str:
     return f"quarantine/{key}.{attempt_id}.json"
+
+
+def copy_record(key: str) -> str:
+    return f"copies/{_shard(key)}.json"

@@ -26,6 +26,7 @@ from marinbuild.errors import StoreReadOnly
 from marinbuild.store import layout
 from marinbuild.store.action_cache import ActionCache, CacheEntry, new_attempt_id
 from marinbuild.store.base import ObjectStat, Store
+from marinbuild.store.records import Records
 
 _ATTEMPT_TIME = "%Y%m%dT%H%M%SZ"  # the prefix of attempt and invocation ids
 _ENTRY_TIME = "%Y-%m-%dT%H:%M:%SZ"
@@ -64,6 +65,8 @@ class StoreStats:
     bytes_by_area: dict[str, int]
     leases_held: int
     leftovers: list[Leftover]  # staging directories left by killed builders (`cache gc` removes them)
+    # Entries copied in from mirrors (store/mirrors.py): (from region, to region) -> [entries, bytes].
+    copied: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
 
 
 def _parse_time(text: str, form: str) -> float | None:
@@ -224,4 +227,10 @@ def stats(store: Store) -> StoreStats:
     keys = _by_key(objects)
     entries = sum(1 for path in objects if path.startswith("ac/"))
     held = sum(1 for path in objects if path.startswith("locks/") and store.lease_holder(path) is not None)
-    return StoreStats(len(keys), entries, dict(by_area), dict(bytes_by_area), held, leftover_staging(store))
+    copied: dict[tuple[str, str], tuple[int, int]] = {}
+    if "copies" in by_area:
+        for record in Records(store).copies():
+            pair = (str(record.get("from_region")), str(record.get("to_region")))
+            count, size = copied.get(pair, (0, 0))
+            copied[pair] = (count + 1, size + int(record.get("bytes", 0)))
+    return StoreStats(len(keys), entries, dict(by_area), dict(bytes_by_area), held, leftover_staging(store), copied)

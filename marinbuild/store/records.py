@@ -9,6 +9,7 @@ reader sees a record before or after an update, never half of one.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,22 @@ class Records:
 
     def read_listing(self, digest: str) -> dict[str, Any] | None:
         return _parse(self.store.read_bytes(layout.listing(digest)))
+
+    # -- entries copied from mirrors in other regions ------------------------------------
+
+    def write_copy(self, record: dict[str, Any]) -> None:
+        """Say where the entry of `record["key"]` was copied from (store/mirrors.py)."""
+        self.store.write_bytes(layout.copy_record(record["key"]), canonical_json(record).encode())
+
+    def read_copy(self, key: str) -> dict[str, Any] | None:
+        return _parse(self.store.read_bytes(layout.copy_record(key)))
+
+    def copies(self) -> list[dict[str, Any]]:
+        """Every copy record (`cache stats`), read concurrently on a remote store."""
+        paths = self.store.list("copies")
+        with ThreadPoolExecutor(max_workers=max(1, min(len(paths), self.store.lookup_concurrency))) as pool:
+            found = pool.map(lambda path: _parse(self.store.read_bytes(path)), paths)
+            return [record for record in found if record is not None]
 
     # -- invocations -----------------------------------------------------------------------
 

@@ -1,0 +1,197 @@
+"""A store in several regions (store/mirrors.py), on fake-gcs-server: an entry missing from
+the local bucket and present in a mirror is copied in by GCS's rewrite, once, within the
+build's egress budget, and never when it does not verify.
+
+fake-gcs-server gives every bucket the one location it was started with (its -location
+flag; the JSON API's `location` on create is ignored), so the requests go through a proxy
+on 127.0.0.1 that answers a bucket's metadata with the location a real GCS would report
+for a bucket created in that region; everything else is fake-gcs-server's own answer. The
+proxy also lists every request, which shows what reached which bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import unquote
+
+import pytest
+from conftest import build_json, run_cli, statuses
+from test_gcs_store import bucket_problems
+from test_store_faults import FaultyProxy
+
+from marinbuild.store.mirrors import format_bytes
+
+BUILD = {
+    "pkg/BUILD.marin": """\
+        genrule(name = "data", outs = ["data.bin"], cmd = "for i in $$(seq 1000); do echo line-$$i; done > $@")
+        genrule(name = "count", srcs = [":data"], outs = ["count.txt"], cmd = "wc -l < $< > $@")
+        """
+}
+DATA_BYTES = sum(len(f"line-{i}\n") for i in range(1, 1001))
+COUNT_BYTES = len("1000\n")
+
+
+class Regions:
+    """Two buckets of one store, `us` in us-central2 and `eu` in europe-west4, behind a
+    proxy that reports their locations and records every request."""
+
+    def __init__(self, fake_gcs_server, monkeypatch):
+        self.us, self.eu = fake_gcs_server.new_bucket(), fake_gcs_server.new_bucket()
+        self.fs = fake_gcs_server.fs()
+        locations = {self.us: "US-CENTRAL2", self.eu: "EUROPE-WEST4"}
+
+        def located(method: str, path: str, body: bytes) -> bytes:
+            bucket = unquote(path.split("?", 1)[0]).removeprefix("/storage/v1/b/")
+            if method == "GET" and bucket in locations:
+                return json.dumps({**json.loads(body), "location": locations[bucket]}).encode()
+            return body
+
+        self.proxy = FaultyProxy(fake_gcs_server.url, edit=located)
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", self.proxy.url)
+
+    def config(self, extra: str = "") -> str:
+        return f'store = "gs://{self.us}/mb"\nmirrors = ["gs://{self.eu}/mb"]\n{extra}'
+
+    def requests_to(self, bucket: str) -> list[str]:
+        return [request for request in self.proxy.requests if f"/b/{bucket}/" in unquote(request) + "/"]
+
+    def objects(self, bucket: str, area: str) -> list[str]:
+        self.fs.invalidate_cache()
+        return self.fs.find(f"{bucket}/mb/{area}")
+
+
+@pytest.fixture
+def regions(fake_gcs_server, monkeypatch):
+    found = Regions(fake_gcs_server, monkeypatch)
+    yield found
+    found.proxy.close()
+
+
+def _downloads(requests: list[str], area: str) -> list[str]:
+    """Requests that read an object's bytes under `area` (out/, ac/) of the store."""
+    return [request for request in requests if "alt=media" in request and f"/mb/{area}/" in unquote(request)]
+
+
+def test_a_hit_in_a_mirror_is_copied_by_gcs_once_then_hits_locally(make_workspace, regions, tmp_path):
+    eu = make_workspace(BUILD, config=f'store = "gs://{regions.eu}/mb"\n')
+    assert statuses(build_json(eu, "//pkg:data")) == {"//pkg:data": "built"}
+    us = make_workspace(BUILD, config=regions.config())
+    regions.proxy.requests.clear()
+
+    first = build_json(us, "//pkg:all")
+    data, count = first["by_label"]["//pkg:data"], first["by_label"]["//pkg:count"]
+    assert (data["status"], count["status"]) == ("cached", "built")
+    assert (
+        data["reason"] == f"copied from gs://{regions.eu}/mb (europe-west4 → us-central2), {format_bytes(DATA_BYTES)}"
+    )
+    assert data["output"].startswith(f"gs://{regions.us}/mb/out/")
+    # GCS moved the bytes: the builder read the mirror's entry, never its outputs, and the
+    # step that followed read the copy in the local bucket.
+    assert [r for r in regions.requests_to(regions.eu) if "rewriteTo" in r]
+    assert not _downloads(regions.requests_to(regions.eu), "out")
+    assert _downloads(regions.requests_to(regions.us), "out")
+    assert "copied from" in first["stderr"]
+    # The local bucket holds the same entry, byte for byte, and its files verify.
+    key = data["key"]
+    entry = f"mb/ac/{key[:2]}/{key}.json"
+    assert regions.fs.cat_file(f"{regions.us}/{entry}") == regions.fs.cat_file(f"{regions.eu}/{entry}")
+    assert bucket_problems(regions.fs, f"{regions.us}/mb") == []
+
+    regions.proxy.requests.clear()
+    again = build_json(us, "//pkg:all")
+    assert set(statuses(again).values()) == {"cached"}
+    assert not any("reason" in item for item in again["targets"])
+    assert regions.requests_to(regions.eu) == [], "a no-op build asks no mirror anything"
+
+    rc, out, err = run_cli(us, "cache", "stats")
+    assert rc == 0, err
+    assert f"copied from europe-west4 to us-central2: 1 entries, {DATA_BYTES:,} bytes" in out
+    rc, out, err = run_cli(us, "show", "//pkg:data")
+    assert rc == 0, err
+    assert f"copied       from gs://{regions.eu}/mb (europe-west4 → us-central2), {DATA_BYTES:,} bytes" in out
+    rc, out, err = run_cli(us, "report", "//pkg:all", "-o", str(tmp_path / "report"))
+    assert rc == 0, err
+    pages = "".join(page.read_text() for page in (tmp_path / "report").rglob("*.html"))
+    assert f"<th>copied</th><td>from gs://{regions.eu}/mb (europe-west4 → us-central2)" in pages
+
+
+def test_past_the_egress_budget_a_build_copies_nothing_and_stops_unless_allowed(make_workspace, regions):
+    eu = make_workspace(BUILD, config=f'store = "gs://{regions.eu}/mb"\n')
+    assert set(statuses(build_json(eu, "//pkg:all")).values()) == {"built"}
+    us = make_workspace(BUILD, config=regions.config("egress_budget_gb = 0.000005\n"))
+
+    rc, out, err = run_cli(us, "build", "--dry-run", "//pkg:all")
+    assert rc == 0, err
+    assert (
+        f"would-copy //pkg:data  (in gs://{regions.eu}/mb (europe-west4 → us-central2), {format_bytes(DATA_BYTES)}"
+        in out
+    )
+
+    rc, out, err = run_cli(us, "build", "//pkg:all")
+    assert rc == 2, err
+    total = format_bytes(DATA_BYTES + COUNT_BYTES)
+    assert re.search(rf"pkg/BUILD.marin:1(:\d+)?: copying 2 entries from other regions would move {total}", err), err
+    assert "over this build's egress budget of 5.0 kB; none of them was copied" in err
+    assert "//pkg:data (" in err and "//pkg:count (" in err
+    assert "hint: pass --allow-egress to copy them anyway, or raise egress_budget_gb (marinbuild.toml:3)" in err
+    assert regions.objects(regions.us, "ac") == [] and regions.objects(regions.us, "out") == []
+
+    allowed = build_json(us, "//pkg:all", "--allow-egress")
+    assert set(statuses(allowed).values()) == {"cached"}
+    assert all(item["reason"].startswith("copied from") for item in allowed["targets"])
+    assert len(regions.objects(regions.us, "ac")) == 2
+    assert bucket_problems(regions.fs, f"{regions.us}/mb") == []
+
+
+@pytest.mark.parametrize("damage", ["output", "entry"])
+def test_a_corrupt_entry_in_a_mirror_is_never_served(make_workspace, regions, damage):
+    eu = make_workspace(BUILD, config=f'store = "gs://{regions.eu}/mb"\n')
+    key = build_json(eu, "//pkg:data")["by_label"]["//pkg:data"]["key"]
+    if damage == "output":  # the same size, other bytes: its CRC32C is not the one recorded
+        path = f"{regions.eu}/mb/out/{key[:2]}/{key}/data.bin"
+        data = regions.fs.cat_file(path)
+        regions.fs.pipe_file(path, data.replace(b"line-1\n", b"line-X\n", 1))
+    else:  # an entry claiming another recipe
+        path = f"{regions.eu}/mb/ac/{key[:2]}/{key}.json"
+        entry = json.loads(regions.fs.cat_file(path))
+        entry["recipe"]["attrs"]["cmd"] = "echo forged > $@"
+        regions.fs.pipe_file(path, json.dumps(entry).encode())
+    us = make_workspace(BUILD, config=regions.config())
+
+    result = build_json(us, "//pkg:all")
+    assert statuses(result) == {"//pkg:data": "built", "//pkg:count": "built"}
+    assert "not copied: it is built here" in result["stderr"]
+    assert not [r for r in regions.requests_to(regions.eu) if "rewriteTo" in r]
+    assert bucket_problems(regions.fs, f"{regions.us}/mb") == []
+    assert regions.objects(regions.us, "copies") == []
+
+
+def test_the_builders_region_picks_the_local_bucket(make_workspace, regions, monkeypatch):
+    ws = make_workspace(BUILD, config=regions.config('region = "europe-west4"\n'))
+    assert set(statuses(build_json(ws, "//pkg:data")).values()) == {"built"}
+    assert regions.objects(regions.eu, "ac") and not regions.objects(regions.us, "ac")
+
+    monkeypatch.setenv("MARINBUILD_REGION", "asia-east1")
+    rc, _out, err = run_cli(ws, "build", "//pkg:data")
+    assert rc == 2
+    assert "none of the store's buckets is in asia-east1, this builder's region" in err
+    assert f"gs://{regions.us}/mb (us-central2), gs://{regions.eu}/mb (europe-west4)" in err
+
+
+def test_a_mirror_of_another_store_is_refused(make_workspace, regions):
+    regions.fs.pipe_file(f"{regions.eu}/mb/store.json", json.dumps({"format": 1, "salt": "other"}).encode())
+    ws = make_workspace(BUILD, config=regions.config())
+    rc, _out, err = run_cli(ws, "build", "//pkg:data")
+    assert rc == 2
+    assert f"mirror gs://{regions.eu}/mb has the salt 'other'" in err and "their keys never match" in err
+
+
+def test_mirrors_are_gs_buckets_and_the_budget_a_number(make_workspace):
+    for setting, message in [
+        ('mirrors = ["/data/mirror"]', "'mirrors' lists gs:// buckets"),
+        ("egress_budget_gb = -1", "'egress_budget_gb' must be a number of GB"),
+    ]:
+        ws = make_workspace(BUILD, config=setting + "\n")
+        rc, _out, err = run_cli(ws, "build", "//pkg:data")
+        assert rc == 2 and message in err, err
