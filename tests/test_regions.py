@@ -144,6 +144,21 @@ def test_past_the_egress_budget_a_build_copies_nothing_and_stops_unless_allowed(
     assert bucket_problems(regions.fs, f"{regions.us}/mb") == []
 
 
+def test_a_copy_found_downstream_of_a_step_that_ran_is_checked_against_the_budget(make_workspace, regions):
+    eu = make_workspace(BUILD, config=f'store = "gs://{regions.eu}/mb"\n')
+    built = build_json(eu, "//pkg:all")
+    data_key = built["by_label"]["//pkg:data"]["key"]
+    regions.fs.rm(f"{regions.eu}/mb/ac/{data_key[:2]}/{data_key}.json")  # the mirror keeps :count only
+    us = make_workspace(BUILD, config=regions.config("egress_budget_gb = 0.000000001\n"))
+
+    rc, _out, err = run_cli(us, "build", "//pkg:all")
+    assert rc == 2, err
+    assert "copying 1 entries from other regions would move 5 B" in err and "//pkg:count (" in err
+    assert "built //pkg:data" in err and "    //pkg:data (" not in err  # it ran here; only :count would be copied
+    assert regions.objects(regions.us, "ac") == [f"{regions.us}/mb/ac/{data_key[:2]}/{data_key}.json"]
+    assert regions.objects(regions.us, "copies") == []
+
+
 @pytest.mark.parametrize("damage", ["output", "entry"])
 def test_a_corrupt_entry_in_a_mirror_is_never_served(make_workspace, regions, damage):
     eu = make_workspace(BUILD, config=f'store = "gs://{regions.eu}/mb"\n')
