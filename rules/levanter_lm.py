@@ -16,13 +16,15 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
 import shutil
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ from levanter.trainer import TrainerConfig
 from levanter.utils.activation import ActivationFunctionEnum
 
 from marinbuild.targets.context import StepFailed
+from marinbuild.targets.rule import checkpoint_dir
 from rules import lm_config
 from rules.levanter_optim import RuntimePeakAdamConfig
 from rules.levanter_trackers import (
@@ -87,6 +90,13 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _written_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a metrics file being written: a line not ended yet is left for later."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
 
 
 def _last(rows: list[dict[str, Any]], name: str) -> Any:
@@ -202,6 +212,8 @@ def trainer_config(
     distributed: bool = False,
     trackers: Sequence[TrackerConfig] = (),
     on_step: StepFn | None = None,
+    kept: Sequence[int] = (),
+    initialize_from: str | None = None,
 ) -> TrainerConfig:
     """Levanter's trainer on whatever devices this process sees, without a Ray cluster.
 
@@ -210,14 +222,13 @@ def trainer_config(
     steps and at the last step (so the output always holds the final state), with no run
     id in the path: the next attempt of the same key finds them and resumes. Levanter
     numbers steps from 0 and never saves at step 0, hence at least 2 steps. Metrics go to
-    `metrics` (each row also to `on_step`), and to `trackers` (W&B) if any.
+    `metrics` (each row also to `on_step`), and to `trackers` (W&B) if any. The `kept`
+    steps are saved too. `initialize_from`: a Levanter checkpoint (model, optimizer state,
+    step) the run continues from when it has none of its own yet.
     """
     trainer = lm_config.resolve("trainer", trainer)
     steps, batch_size = trainer["steps"], trainer["batch_size"]
-    every, last = trainer["checkpoint_interval"], steps - 1
-    keep = [{"every": every, "until": None}]
-    if last % every:
-        keep = [{"every": every, "until": last - 1}, {"every": last, "until": None}]
+    keep = _checkpoint_policy(trainer["checkpoint_interval"], steps - 1, kept)
     metrics_file = MetricsFileConfig(path=str(metrics), timing_path=str(log_dir / TIMING_FILE))
     metrics_file.on_step = on_step
     return TrainerConfig(
@@ -233,6 +244,7 @@ def trainer_config(
         checkpointer=CheckpointerConfig(
             base_path=str(checkpoints or log_dir / "checkpoints"), keep=keep, append_run_id_to_base_path=False
         ),
+        initialize_from=initialize_from,
         ray=RayConfig(auto_start_cluster=False),
         # A multi-host step's processes joined JAX distributed before Levanter starts.
         distributed=DistributedConfig(initialize_jax_distributed=not distributed),
@@ -240,6 +252,20 @@ def trainer_config(
         log_jaxprs=False,
         log_xla_hlo=False,
     )
+
+
+def _checkpoint_policy(every: int, last: int, kept: Sequence[int]) -> list[dict[str, int | None]]:
+    """Levanter's `keep` intervals for checkpoints every `every` steps, at each kept step and
+    at the last. Levanter saves step s when the `every` of the first interval reaching s
+    (`until` >= s) divides s; the intervals' ends must increase."""
+    policy: list[dict[str, int | None]] = []
+    for stop in sorted({*kept, last}):
+        if stop % every == 0:
+            continue
+        if not policy or policy[-1]["until"] < stop - 1:  # type: ignore[operator]
+            policy.append({"every": every, "until": stop - 1})
+        policy.append({"every": stop, "until": stop})
+    return [*policy, {"every": every, "until": None}]
 
 
 # -- train_lm -------------------------------------------------------------------------------
@@ -253,9 +279,11 @@ def train_config(
     tmp: Path,
     distributed: bool = False,
     run: RunInfo | None = None,
+    init: str | None = None,
 ) -> levanter_train_lm.TrainLmConfig:
     """Levanter's config for a `train_lm` target: checkpoints, metrics and HF exports in
-    `scratch`; with `run`, progress lines, and the W&B tracker the target asks for."""
+    `scratch`; with `run`, progress lines, and the W&B tracker the target asks for; with
+    `init`, the location of a kept state (`init_from`) whose checkpoint it continues from."""
     attrs = lm_config.resolve_attrs(attrs)
     mixture = attrs["data"]
     weights = dict(zip(sets, mixture.values())) if isinstance(mixture, dict) else {tag: 1.0 for tag in sets}
@@ -275,6 +303,8 @@ def train_config(
             distributed,
             trackers,
             None if run is None else ProgressLines(steps, run.progress, run.log),
+            attrs.get("keep_checkpoints") or (),
+            None if init is None else f"{init}/checkpoint",
         ),
         hf_save_path=str(scratch / "hf"),
         hf_save_steps=attrs["trainer"]["steps"],
@@ -308,6 +338,12 @@ class Trained:
     measured: dict[str, Any]
 
 
+# A kept state's files were written: publish them (`ctx.publish_checkpoint`).
+PublishFn = Callable[[int, Path], None]
+# How often the scratch space is looked at for kept checkpoints while a run trains.
+_KEPT_POLL_S = 0.5
+
+
 def train(
     attrs: Mapping[str, Any],
     data: Mapping[str, str],
@@ -317,6 +353,8 @@ def train(
     distributed: bool = False,
     run: RunInfo | None = None,
     started: float | None = None,
+    init: str | None = None,
+    publish: PublishFn | None = None,
 ) -> Trained:
     """Train (or resume) into `scratch`, then write the outputs of `train_lm` into `out`.
 
@@ -324,14 +362,16 @@ def train(
     `attrs["data"]` is one of them or a `{label: weight}` mixture. `distributed`: this is
     one process of a multi-host run, already in JAX distributed; `scratch` is shared by
     all of them. `started`: when the step's process started (time.time()), for the time
-    to its first step.
+    to its first step. `init`: where the kept state the run continues from lies (its
+    checkpoint, model.json and metrics: `init_from` at `init_step`). `publish` is handed
+    each kept state (`keep_checkpoints`) as soon as it is written.
     """
     started = started or time.time()
     if run is not None and run.log is not None:
         run.log.info("JAX devices: %s", ", ".join(str(device) for device in jax.devices()))
     attrs = lm_config.resolve_attrs(attrs)  # model.json records the effective model config
     sets, tokenizer = tokenized_sets(data, tmp)
-    config = train_config(attrs, sets, tokenizer, scratch, tmp, distributed, run)
+    config = train_config(attrs, sets, tokenizer, scratch, tmp, distributed, run, init)
     checkpoints, exports = scratch / "checkpoints", scratch / "hf"
     last = f"step-{attrs['trainer']['steps'] - 1}"
     metrics = scratch / "metrics.jsonl"
@@ -340,24 +380,21 @@ def train(
     if distributed:
         multihost_utils.sync_global_devices("marinbuild: scratch ready")
     finished = (exports / last).is_dir()
-    resumed_from = _keep_metrics_until_checkpoint(checkpoints, _metrics_file(scratch, tmp))
-    if not finished:
-        levanter_train_lm.main(config)
+    before = _initial_rows(init, tokenizer) if init is not None else []
+    resumed_from = _keep_metrics_until_checkpoint(checkpoints, _metrics_file(scratch, tmp), before)
+    record = _model_record(attrs, tokenizer)
+    kept = KeptStates(attrs.get("keep_checkpoints") or [], checkpoints, metrics, record, tmp / "kept")
+    with kept.watching(publish if jax.process_index() == 0 else None):
+        if not finished:
+            levanter_train_lm.main(config)
     if not _wait_for_checkpoint(checkpoints / last / "metadata.json", _FINAL_CHECKPOINT_WAIT_S):
         raise StepFailed(f"training ended without a checkpoint at {last}; see the log")
+    kept.write(out)
     shutil.copytree(checkpoints / last, out / "checkpoint")
     _fix_checkpoint_timestamp(out / "checkpoint" / "metadata.json")
     shutil.copytree(exports / last, out / "hf")
     shutil.copy(metrics, out / "metrics.jsonl")
-    trainer = attrs["trainer"]
-    evaluation = {"batch_size": trainer["batch_size"], "max_batches": trainer["max_eval_batches"]}
-    (out / MODEL_FILE).write_text(
-        json.dumps(
-            {"model": attrs["model"], "tokenizer_blake3": tokenizer_digest(tokenizer), "evaluation": evaluation},
-            indent=2,
-        )
-        + "\n"
-    )
+    (out / MODEL_FILE).write_text(record)
     trackers = _trackers(config.trainer.tracker)
     logged = trackers[MetricsFileConfig].tracker.summary if not finished else {}
     parameters = _parameter_count(logged, scratch / "parameter_count.json")
@@ -366,10 +403,111 @@ def train(
     measured = _measured(read_metrics(Path(config.trainer.log_dir) / TIMING_FILE), resumed_from, started)
     # What it trained on: "1 x cpu", "8 x NVIDIA H100 80GB HBM3", "4 x TPU v5 lite".
     measured["devices"] = f"{jax.device_count()} x {jax.devices()[0].device_kind}"
+    if init is not None:
+        measured["continued_from_step"] = attrs["init_step"]
     wandb = trackers.get(RecordedWandbConfig)
     if wandb is not None and hasattr(wandb, "run_info"):  # where it logged: an attempt's fact, not the output's
         measured["tracker"] = wandb.run_info
     return Trained(summary, measured)
+
+
+def _model_record(attrs: Mapping[str, Any], tokenizer: Path) -> str:
+    """model.json, for eval_lm: the model config, the digest of the tokenizer it was trained
+    with, and how the training evaluated (eval_lm's defaults)."""
+    trainer = attrs["trainer"]
+    evaluation = {"batch_size": trainer["batch_size"], "max_batches": trainer["max_eval_batches"]}
+    record = {"model": attrs["model"], "tokenizer_blake3": tokenizer_digest(tokenizer), "evaluation": evaluation}
+    return json.dumps(record, indent=2) + "\n"
+
+
+def _initial_rows(init: str, tokenizer: Path) -> list[dict[str, Any]]:
+    """The metrics of the run a continuation starts from, up to its kept state: they begin
+    its own `metrics.jsonl`, so that it holds the whole history of the weights it ends with
+    (and the summary its initial evaluation). Its tokenizer must be the data's."""
+    trained = json.loads(_read_text(f"{init}/{MODEL_FILE}"))
+    if trained["tokenizer_blake3"] != tokenizer_digest(tokenizer):
+        raise StepFailed("init_from was trained on data tokenized with another tokenizer than this run's data")
+    return [json.loads(line) for line in _read_text(f"{init}/metrics.jsonl").splitlines() if line.strip()]
+
+
+class KeptStates:
+    """The states a run keeps (`keep_checkpoints`), each assembled in `into` as it lies in
+    the output under `checkpoint_dir(step)`: `checkpoint/` (its Levanter checkpoint, with
+    the fixed timestamp), `metrics.jsonl` up to its step, and `model.json`.
+
+    A state is complete once its checkpoint's `metadata.json` (written last) is there and
+    its step's metrics line is written (the line comes when the next step starts). While
+    Levanter trains, a thread looks for complete states and publishes each at once, so that
+    what reads it (`eval_lm(step = ...)`, a cooldown) can start before the run ends; the
+    same files go into the output, so both hold the same bytes.
+    """
+
+    def __init__(self, steps: Sequence[int], checkpoints: Path, metrics: Path, record: str, into: Path):
+        self.pending = sorted(steps)
+        self.ready: dict[int, Path] = {}
+        self.checkpoints, self.metrics, self.record, self.into = checkpoints, metrics, record, into
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def watching(self, publish: PublishFn | None) -> Iterator[None]:
+        """Publish each state as it is written, until the block ends (nothing without `publish`)."""
+        if publish is None or not self.pending:
+            yield
+            return
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(_KEPT_POLL_S) and self.pending:
+                for step, directory in self.collect():
+                    publish(step, directory)
+
+        thread = threading.Thread(target=watch, name="kept-checkpoints", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            for step, directory in self.collect():  # complete since the last look
+                publish(step, directory)
+
+    def collect(self) -> list[tuple[int, Path]]:
+        """Assemble the states complete since the last call."""
+        with self._lock:
+            rows = _written_rows(self.metrics)
+            logged = {row["step"] for row in rows}
+            found = []
+            for step in [step for step in self.pending if step in logged]:
+                directory = self._assemble(step, rows)
+                if directory is not None:
+                    self.pending.remove(step)
+                    self.ready[step] = directory
+                    found.append((step, directory))
+            return found
+
+    def _assemble(self, step: int, rows: list[dict[str, Any]]) -> Path | None:
+        source = self.checkpoints / f"step-{step}"
+        try:
+            json.loads((source / "metadata.json").read_text())
+        except (OSError, ValueError):
+            return None  # not committed yet
+        directory = self.into / f"step-{step}"
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.copytree(source, directory / "checkpoint")
+        _fix_checkpoint_timestamp(directory / "checkpoint" / "metadata.json")
+        (directory / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows if row["step"] <= step))
+        (directory / MODEL_FILE).write_text(self.record)
+        return directory
+
+    def write(self, out: Path) -> None:
+        """Every kept state into the output, once training ended."""
+        for step in list(self.pending):
+            _wait_for_checkpoint(self.checkpoints / f"step-{step}" / "metadata.json", _FINAL_CHECKPOINT_WAIT_S)
+        self.collect()
+        if self.pending:
+            raise StepFailed(f"training ended without its checkpoints at steps {self.pending}; see the log")
+        for step, directory in self.ready.items():
+            shutil.copytree(directory, out / checkpoint_dir(step))
 
 
 def _trackers(tracker: TrackerConfig | Sequence[TrackerConfig]) -> dict[type, Any]:
@@ -425,15 +563,18 @@ def _drop_unlogged_checkpoints(checkpoints: Path, final_export: Path, metrics: P
             shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-def _keep_metrics_until_checkpoint(checkpoints: Path, metrics: Path) -> int | None:
+def _keep_metrics_until_checkpoint(
+    checkpoints: Path, metrics: Path, initial: Sequence[dict[str, Any]] = ()
+) -> int | None:
     """The last step of the checkpoint the run resumes from (None for a fresh run).
 
     Metrics of later steps, which a killed attempt logged but did not checkpoint, are
-    dropped: those steps run again, and each step appears once in `metrics.jsonl`.
+    dropped: those steps run again, and each step appears once in `metrics.jsonl`. A fresh
+    run's file starts with the `initial` rows (those of the state it continues from).
     """
     latest = discover_latest_checkpoint(str(checkpoints)) if checkpoints.exists() else None
     step = json.loads((Path(latest) / "metadata.json").read_text())["step"] if latest else None
-    kept = [row for row in read_metrics(metrics) if step is not None and row["step"] <= step]
+    kept = [row for row in read_metrics(metrics) if step is not None and row["step"] <= step] if latest else initial
     metrics.write_text("".join(json.dumps(row) + "\n" for row in kept))
     return step
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from marinbuild.targets import attrs as types
-from marinbuild.targets.attrs import Attr, JsonValue
+from marinbuild.targets.attrs import Attr, AttrError, JsonValue
 from marinbuild.targets.context import Context
-from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule
+from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule, StepInput, checkpoint_name
 from rules import lm_config
 
 ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
@@ -89,6 +89,49 @@ def _validate_train(attrs: Mapping[str, JsonValue]) -> None:
             f"model: num_heads ({model['num_heads']}) must be a multiple of num_kv_heads ({model['num_kv_heads']})"
         )
     _validate_tracker(attrs["tracker"])
+    _validate_checkpoints(attrs)
+
+
+def _validate_checkpoints(attrs: Mapping[str, JsonValue]) -> None:
+    """keep_checkpoints: steps the run reaches, once each, in order; init_from with init_step,
+    before this run's last step."""
+    steps, kept = attrs["trainer"]["steps"], attrs["keep_checkpoints"]
+    if not isinstance(kept, list) or any(isinstance(step, bool) or not isinstance(step, int) for step in kept):
+        raise ValueError(f"keep_checkpoints: expected a list of steps (ints), got {kept!r}")
+    if kept != sorted(set(kept)):
+        raise ValueError(f"keep_checkpoints: list each step once, in increasing order, got {kept!r}")
+    for step in kept:
+        if not 1 <= step < steps:
+            raise ValueError(
+                f"keep_checkpoints: this run's steps are 0 to {steps - 1} and Levanter keeps none at step 0; got {step}"
+            )
+    if (attrs["init_from"] is None) != (attrs["init_step"] is None):
+        raise ValueError("init_from and init_step go together: the run to continue, and the step of its checkpoint")
+    start = attrs["init_step"]
+    if start is not None and not start + 1 < steps:
+        raise ValueError(
+            f"trainer: steps ({steps}) counts from the start of init_from's run, which this one continues "
+            f"after its step {start}: it must be more than {start + 1}"
+        )
+
+
+def _check_continuation(attrs: Mapping[str, JsonValue], base: Mapping[str, JsonValue]) -> None:
+    """A run continues from another's checkpoint (model, optimizer state, step, data position):
+    the same model, the same batch size, and the same peak learning rate, which the
+    optimizer state holds (the schedule after it is this run's own)."""
+    differ = [name for name in attrs["model"] if attrs["model"][name] != base["model"][name]]
+    if differ:
+        shown = ", ".join(f"{name} {attrs['model'][name]!r} here, {base['model'][name]!r} there" for name in differ)
+        raise AttrError(
+            f"init_from was trained with another model ({shown})", hint="continue it with the same model config"
+        )
+    for group, name in (("trainer", "batch_size"), ("optimizer", "learning_rate")):
+        mine, theirs = attrs[group][name], base[group][name]
+        if mine != theirs:
+            raise AttrError(
+                f"{group}: {name} is {mine!r} here but {theirs!r} in init_from's run, whose checkpoint it continues",
+                hint=f"give it the same {name}; the wsd_cooldowns macro of //rules:lm.star does",
+            )
 
 
 def _validate_tracker(tracker: JsonValue) -> None:
@@ -129,10 +172,22 @@ def _train_lm(ctx: Context) -> None:
     from rules import levanter_lm
 
     ctx.log.info("training; checkpoints in %s", ctx.scratch)
-    data = {label: ctx.url(label) for label in ctx.inputs}
+    mixture = ctx.attrs["data"]
+    data = {label: ctx.url(label) for label in ([mixture] if isinstance(mixture, str) else mixture)}
+    init_from, init_step = ctx.attrs["init_from"], ctx.attrs["init_step"]
+    init = None if init_from is None else ctx.url(checkpoint_name(init_from, init_step))
     run = levanter_lm.RunInfo(ctx.label, ctx.key, ctx.progress, ctx.log)
     trained = levanter_lm.train(
-        ctx.attrs, data, ctx.out, ctx.scratch, ctx.tmp, ctx.distributed is not None, run, started
+        ctx.attrs,
+        data,
+        ctx.out,
+        ctx.scratch,
+        ctx.tmp,
+        ctx.distributed is not None,
+        run,
+        started,
+        init,
+        ctx.publish_checkpoint,
     )
     ctx.measure(**trained.measured)
     ctx.log.info("summary: %s; this attempt: %s", trained.summary, trained.measured)
@@ -155,6 +210,22 @@ train_lm = Rule(
             lm_config.TRAINER, doc="steps, batch_size, eval_interval, checkpoint_interval, max_eval_batches."
         ),
         "seed": Attr(types.INT, default=0),
+        # Left out of the key while unset, so that outputs trained before they existed keep theirs.
+        "keep_checkpoints": Attr(
+            types.JSON,
+            default=[],
+            omit_default=True,
+            doc="Steps whose checkpoints the output keeps under checkpoints/step-<k>/, each with model.json and "
+            "the metrics up to it; each is readable (eval_lm(step = k), train_lm(init_step = k)) once written.",
+        ),
+        "init_from": Attr(
+            types.OPTIONAL_LABEL,
+            default=None,
+            omit_default=True,
+            doc="A train_lm target whose checkpoint at init_step this run continues from, with its own schedule "
+            "(a cooldown): model, optimizer state, step and data position.",
+        ),
+        "init_step": Attr(types.INT, default=None, omit_default=True, doc="A step init_from keeps."),
         # Where the run also logs: not what it computes, so not part of the key.
         "tracker": Attr(
             types.JSON,
@@ -178,6 +249,8 @@ train_lm = Rule(
     code_modules=("rules.levanter_lm", "rules.levanter_optim", "rules.levanter_trackers", "rules.lm_config"),
     metrics_file="summary.json",
     resume_point=_resume_point,
+    keeps_checkpoints="keep_checkpoints",
+    step_inputs={"init_from": StepInput("init_step", "a train_lm target that keeps that step", _check_continuation)},
     # Bit-identical on CPU with a fixed seed, but not promised across machines and XLA versions.
     check_metrics={
         "steps": 0.0,
@@ -193,14 +266,17 @@ train_lm = Rule(
 def _validate_eval(attrs: Mapping[str, JsonValue]) -> None:
     if not attrs["data"]:
         raise ValueError("data: name at least one tokenize target to evaluate on")
+    if attrs["step"] is not None and attrs["step"] < 1:
+        raise ValueError(f"step: Levanter keeps no checkpoint at step {attrs['step']}; name a step the model keeps")
 
 
 def _eval_lm(ctx: Context) -> None:
     from rules import levanter_lm
 
-    model = ctx.attrs["model"]
+    model, step = ctx.attrs["model"], ctx.attrs["step"]
     data = {label: ctx.url(label) for label in ctx.attrs["data"]}
-    metrics = levanter_lm.evaluate(ctx.url(model), data, ctx.attrs, ctx.tmp)
+    where = ctx.url(model if step is None else checkpoint_name(model, step))
+    metrics = levanter_lm.evaluate(where, data, ctx.attrs, ctx.tmp)
     (ctx.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     ctx.log.info("metrics: %s", metrics)
 
@@ -213,6 +289,12 @@ eval_lm = Rule(
     validate=_validate_eval,
     attrs={
         "model": Attr(types.LABEL, doc="A train_lm target."),
+        "step": Attr(
+            types.INT,
+            default=None,
+            omit_default=True,
+            doc="None: the model's last step; else a step it keeps (keep_checkpoints), evaluated once written.",
+        ),
         "data": Attr(types.LABEL_LIST, doc="tokenize targets whose validation split is evaluated."),
         "batch_size": Attr(
             types.INT, default=None, doc="None: the batch size the model was trained (and evaluated) with."
@@ -225,4 +307,5 @@ eval_lm = Rule(
     packages=ML_PACKAGES,
     code_modules=("rules.levanter_lm", "rules.levanter_optim", "rules.levanter_trackers", "rules.lm_config"),
     metrics_file="metrics.json",
+    step_inputs={"model": StepInput("step", "a train_lm target that keeps that step")},
 )

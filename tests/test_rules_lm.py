@@ -31,7 +31,12 @@ CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules
 
 
 def _build_file(
-    lr: float = 3e-3, sample_count: int = 60, resources: str = "cpu()", trainer: str | None = None, seed: int = 0
+    lr: float = 3e-3,
+    sample_count: int = 60,
+    resources: str = "cpu()",
+    trainer: str | None = None,
+    seed: int = 0,
+    keep: str = "[]",
 ) -> str:
     trainer = (
         trainer or '{"steps": 6, "batch_size": 4, "eval_interval": 3, "checkpoint_interval": 2, "max_eval_batches": 2}'
@@ -48,6 +53,7 @@ train_lm(
     optimizer = {{"learning_rate": {lr}}},
     trainer = {trainer},
     seed = {seed},
+    keep_checkpoints = {keep},
     resources = {resources},
 )
 eval_lm(name = "eval", model = ":model", data = [":tokens"], batch_size = 4, max_batches = 2)
@@ -153,7 +159,7 @@ def test_bad_attributes_fail_at_load(tmp_path: Path) -> None:
 
 def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     trainer = '{"steps": 300, "batch_size": 2, "eval_interval": 1000, "checkpoint_interval": 10, "max_eval_batches": 1}'
-    ws = _workspace(tmp_path / "ws", _build_file(trainer=trainer))
+    ws = _workspace(tmp_path / "ws", _build_file(trainer=trainer, keep="[9]"))
     _build(ws, f"{PKG}:tokens")
 
     build = subprocess.Popen(
@@ -166,6 +172,8 @@ def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
     )
     try:
         # Killed once the second checkpoint is saved: the first one's step is logged by then.
+        # The kept checkpoint at step 9 was published while it trained (issue #19, part 3).
+        kept = _wait_for_entry(ws / "cache", f"{PKG}:model at step 9", build)
         _wait_for_checkpoint(ws / "cache" / "scratch", build, at_least=19)
     finally:
         os.killpg(build.pid, signal.SIGKILL)
@@ -192,11 +200,17 @@ def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
 
     # Resumed or not, the same recipe gives the same bytes: a run never interrupted
     # publishes the same tree (weights, optimizer state, metrics), so dependents keep their keys.
-    uninterrupted = _workspace(tmp_path / "uninterrupted", _build_file(trainer=trainer))
+    uninterrupted = _workspace(tmp_path / "uninterrupted", _build_file(trainer=trainer, keep="[9]"))
     again = _build(uninterrupted, f"{PKG}:model")
     assert keys(again)[f"{PKG}:model"] == keys(data)[f"{PKG}:model"]
     shown = json.loads(run_cli(uninterrupted, "show", "--json", f"{PKG}:model")[1])
     assert shown["tree_digest"] == json.loads(out)["tree_digest"]
+    # The checkpoint kept at step 9 before the kill holds what the finished run (and the
+    # uninterrupted one) keeps there: what read it early read the same bytes.
+    prefix = "checkpoints/step-9/"
+    part = {item["path"][len(prefix) :]: item["blake3"] for item in shown["outputs"] if item["path"].startswith(prefix)}
+    assert part and {item["path"]: item["blake3"] for item in kept["files"]} == part
+    assert shown["checkpoints"]["9"] == kept["key"]
 
 
 def _wait_for_checkpoint(
@@ -216,6 +230,19 @@ def _wait_for_checkpoint(
                 return step
         time.sleep(0.05)
     raise AssertionError("no checkpoint appeared")
+
+
+def _wait_for_entry(store: Path, label: str, build: subprocess.Popen, timeout: float = TRAIN_TIMEOUT_S) -> dict:
+    """The action-cache entry published under `label` (a kept checkpoint's name) while `build` runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert build.poll() is None, f"the build ended before it published {label}"
+        for path in store.glob("ac/*/*.json"):
+            entry = json.loads(path.read_text())
+            if entry["label"] == label:
+                return entry
+        time.sleep(0.05)
+    raise AssertionError(f"no entry for {label} appeared")
 
 
 def test_a_checkpoint_whose_step_was_not_logged_is_not_resumed_from(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from marinbuild.actions.logs import close_logger, step_logger
 from marinbuild.store import AttemptStatus, Staging, Uploaded
 from marinbuild.store.manifest import Manifest, OutputError, hash_tree
 from marinbuild.targets.attrs import JsonValue
-from marinbuild.targets.context import ChildProcesses, Context, InputFiles, ProgressFn, StepFailed
+from marinbuild.targets.context import CheckpointFn, ChildProcesses, Context, InputFiles, ProgressFn, StepFailed
 
 
 class WorkerLost(Exception):
@@ -87,7 +87,7 @@ class StepRun:
     `env` is the environment of its processes (`hermetic.step_environment`); `sandbox`
     runs them under bubblewrap, with only the staging directory, the scratch and the JAX
     compilation cache `env` names writable; `timeout_s` stops the run as `timed_out` once
-    it has run that long."""
+    it has run that long; `checkpoint` publishes the states it keeps as it reaches them."""
 
     def __init__(
         self,
@@ -100,6 +100,7 @@ class StepRun:
         scratch: Path | None = None,
         distributed: dict[str, Any] | None = None,
         progress: ProgressFn | None = None,
+        checkpoint: CheckpointFn | None = None,
         env: dict[str, str] | None = None,
         sandbox: bool = False,
         timeout_s: float | None = None,
@@ -126,6 +127,7 @@ class StepRun:
             scratch=scratch,
             distributed=distributed,
             progress_fn=progress,
+            checkpoint_fn=checkpoint,
             processes=ChildProcesses(env, sandbox_command(readable, writable) if sandbox else None),
         )
         self._lock = threading.Lock()

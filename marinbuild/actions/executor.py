@@ -85,8 +85,8 @@ class LocalExecutor(Executor):
 
 
 def run_in_subprocess(impl_path: str, context: Context) -> None:
-    """Run the rule in `python -m marinbuild.actions.worker`, relaying progress and
-    measurements.
+    """Run the rule in `python -m marinbuild.actions.worker`, relaying progress, measurements
+    and kept states to publish.
 
     A worker killed by SIGKILL that the builder did not send (the kernel's OOM killer, a
     killed Ray worker taking its child along) is reported as WorkerLost."""
@@ -115,6 +115,8 @@ def run_in_subprocess(impl_path: str, context: Context) -> None:
                 context.progress(*message["progress"])
             elif "measured" in message:
                 context.measure(**message["measured"])
+            elif "checkpoint" in message:
+                context.publish_checkpoint(message["checkpoint"]["step"], Path(message["checkpoint"]["directory"]))
             elif "error" in message:
                 error, exit_status = message["error"], message.get("exit_status")
         returncode = context.processes.exit_status(process.wait())

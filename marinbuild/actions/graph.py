@@ -15,7 +15,7 @@ from marinbuild.errors import GraphError, LabelError, Location, did_you_mean
 from marinbuild.labels import Label, PatternKind, TargetPattern, parse_label
 from marinbuild.packages import BUILD_FILE, PackageLoader
 from marinbuild.packages.loader import enclosing_subpackage
-from marinbuild.targets.rule import Target
+from marinbuild.targets.rule import Target, checkpoint_name
 
 MANUAL = "manual"
 
@@ -28,19 +28,38 @@ class SourceFile:
     path: Path
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """The state target `of` kept at `step`, read by another target at that step
+    (`eval_lm(model = ":run", step = 2000)`): a node of its own, which the scheduler
+    resolves as soon as that state is published, before `of` ends."""
+
+    of: str
+    step: int
+
+
 @dataclass
 class Graph:
-    """Rule targets and source files reachable from the requested targets."""
+    """Rule targets, source files and kept states reachable from the requested targets."""
 
     requested: list[str]
     targets: dict[str, Target] = field(default_factory=dict)
     sources: dict[str, SourceFile] = field(default_factory=dict)
-    deps: dict[str, list[str]] = field(default_factory=dict)  # rule target -> labels it reads
+    # rule target -> what it reads (labels, and names of kept states); a kept state -> [its target]
+    deps: dict[str, list[str]] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)  # rule targets, dependencies first
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)  # by checkpoint_name()
 
     def rule_deps(self, label: str) -> list[str]:
-        targets = self.targets
-        return [dep for dep in self.deps[label] if dep in targets]
+        """The rule targets `label` needs, a kept state standing for the target keeping it."""
+        targets, checkpoints = self.targets, self.checkpoints
+        found = [dep if dep in targets else checkpoints[dep].of for dep in self.inputs(label)]
+        return list(dict.fromkeys(found))
+
+    def inputs(self, label: str) -> list[str]:
+        """What a rule target waits for: the rule targets and kept states it reads."""
+        targets, checkpoints = self.targets, self.checkpoints
+        return [dep for dep in self.deps[label] if dep in targets or dep in checkpoints]
 
     def dependents(self) -> dict[str, list[str]]:
         reverse: dict[str, list[str]] = {label: [] for label in self.targets}
@@ -120,8 +139,47 @@ def _add(loader: PackageLoader, graph: Graph, label: str, referrer: Target | Non
             graph.sources[current] = node
             continue
         graph.targets[current] = node
-        graph.deps[current] = list(node.deps)
-        stack.extend((dep, node) for dep in reversed(graph.deps[current]))
+        graph.deps[current] = list(node.inputs)
+        read_at = {
+            checkpoint_name(label, step): (attr, label, step) for attr, (label, step) in node.steps_read().items()
+        }
+        for dep in reversed(graph.deps[current]):
+            if dep in read_at:
+                attr, dep, step = read_at[dep]
+                _check_checkpoint(loader, node, attr, dep, step)
+                graph.checkpoints[checkpoint_name(dep, step)] = Checkpoint(dep, step)
+                graph.deps[checkpoint_name(dep, step)] = [dep]
+            stack.append((dep, node))
+
+
+def _check_checkpoint(loader: PackageLoader, reader: Target, attr: str, label: str, step: int) -> None:
+    """`reader` reads the state `label` keeps at `step`: `label` must name a target that
+    keeps states, keep that step, and fit `reader` (the rule's `StepInput.check`)."""
+    spec = reader.rule.step_inputs[attr]
+    base = resolve(loader, label, reader)
+    if isinstance(base, SourceFile) or base.rule.keeps_checkpoints is None:
+        what = "a source file" if isinstance(base, SourceFile) else f"a {base.rule.name} target"
+        raise GraphError(
+            f"{reader.label}: '{attr}' with '{spec.step}' reads a kept checkpoint, but {label} is {what}, "
+            "which keeps none",
+            location=reader.location,
+            hint=f"'{attr}' names {spec.names}",
+        )
+    kept = base.attrs[base.rule.keeps_checkpoints] or []
+    if step not in kept:
+        listed = ", ".join(str(item) for item in kept) or "none"
+        raise GraphError(
+            f"{reader.label}: {label} keeps no checkpoint at step {step} (it keeps: {listed})",
+            location=reader.location,
+            hint=f"add {step} to {base.rule.keeps_checkpoints} of {label} ({base.location}), or read a step it keeps",
+        )
+    if spec.check is not None:
+        try:
+            spec.check(reader.attrs, base.attrs)
+        except ValueError as error:
+            raise GraphError(
+                f"{reader.label}: {error}", location=reader.location, hint=getattr(error, "hint", None)
+            ) from None
 
 
 def resolve(loader: PackageLoader, text: str, referrer: Target | None = None) -> Target | SourceFile:

@@ -52,6 +52,24 @@ def recipe(
     }
 
 
+# The "rule" of a kept state's entry: it is made by the step that keeps it, not by a rule.
+CHECKPOINT_RULE = "checkpoint"
+
+
+def checkpoint_recipe(key: str, step: int) -> dict[str, Any]:
+    """The recipe of the state the step of `key` kept at `step` (`Rule.keeps_checkpoints`).
+
+    Derived from the key of the step that keeps it, so it is known as soon as that key is,
+    before the step runs; its entry verifies itself as any entry does (the recipe hashes to
+    its key). Readers' keys hold the state's own digest (`output_token`), so a run rebuilt
+    to the same bytes up to `step` (a longer stable phase, say) leaves them cached."""
+    return {"format": KEY_FORMAT, "rule": CHECKPOINT_RULE, "version": 1, "attrs": {"of": key, "step": step}}
+
+
+def checkpoint_key(key: str, step: int) -> str:
+    return action_key(checkpoint_recipe(key, step))
+
+
 @functools.cache
 def _module_digest(module: str) -> str:
     """The digest of a module's source file, found without importing it (rule modules import

@@ -7,6 +7,12 @@ Queued steps start while they fit the machine (`--jobs`, declared CPUs and memor
 each runs on a worker thread that takes the key's lease, re-checks the cache, runs the
 rule, and publishes. A failure skips everything downstream of it; without
 `--keep-going` nothing new starts after the first failure.
+
+A target that reads another's kept state (`eval_lm(model = ":run", step = 2000)`) waits
+for that state, not for the whole step: it is resolved from its own entry as soon as the
+running step publishes it (`ctx.publish_checkpoint`; a worker thread announces it and
+wakes the coordinator), or found in the store, or taken from the output once the step
+that keeps it is done.
 """
 
 from __future__ import annotations
@@ -29,16 +35,26 @@ from marinbuild.actions import keys
 from marinbuild.actions.attempt import RunOutcome, StepRun
 from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, input_files
-from marinbuild.actions.graph import Graph
+from marinbuild.actions.graph import Checkpoint, Graph
 from marinbuild.actions.hermetic import StepSettings, recorded_environment, step_environment
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
 from marinbuild.actions.resume import resume_point
 from marinbuild.errors import EgressOverBudget, GraphError, OutputDamaged, StoreReadOnly, StoreUnavailable
-from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Lookup, Outputs, reporting_transfers
+from marinbuild.store import (
+    ActionCache,
+    Attempt,
+    AttemptStatus,
+    Lease,
+    Lookup,
+    Outputs,
+    new_attempt_id,
+    reporting_transfers,
+)
 from marinbuild.store.live_sync import syncing
+from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
 from marinbuild.store.mirrors import MirrorHit, format_bytes
 from marinbuild.targets.context import StepFailed
-from marinbuild.targets.rule import Resources, RetryPolicy, Rule, Target
+from marinbuild.targets.rule import Resources, RetryPolicy, Rule, Target, checkpoint_dir, checkpoint_name
 
 
 @dataclass(frozen=True)
@@ -142,8 +158,22 @@ class Scheduler:
         self.result = BuildResult(requested=graph.requested)
         self._outputs: dict[str, Outputs] = {}
         self._tokens: dict[str, str] = {}
-        self._dependents = graph.dependents()
-        self._waiting = {label: len(set(graph.rule_deps(label))) for label in graph.targets}
+        # Who waits for what: rule targets and kept states (graph.checkpoints) alike.
+        self._dependents: dict[str, list[str]] = {name: [] for name in (*graph.targets, *graph.checkpoints)}
+        self._waiting: dict[str, int] = {}
+        for label in graph.order:
+            inputs = dict.fromkeys(graph.inputs(label))
+            self._waiting[label] = len(inputs)
+            for dep in inputs:
+                self._dependents[dep].append(label)
+        self._kept: dict[str, list[str]] = {}  # a target -> the names of its kept states the graph reads
+        for name, checkpoint in graph.checkpoints.items():
+            self._kept.setdefault(checkpoint.of, []).append(name)
+        self._keys: dict[str, str] = {}  # the key of each target whose key is known
+        # Kept states published by running steps, for the coordinator; `_wake` ends its wait.
+        self._announced: list[tuple[str, Outputs]] = []
+        self._wake: Future[None] = Future()
+        self._wake_lock = threading.Lock()
         self._ready: deque[str] = deque()  # targets whose inputs are all known
         self._requested = set(graph.requested)
         self.recipes: dict[str, dict[str, Any]] = {}  # of every target whose key is known
@@ -174,6 +204,7 @@ class Scheduler:
         with ThreadPoolExecutor(max_workers=self.options.jobs, thread_name_prefix="step") as pool:
             try:
                 while ready or (queued and not stopping) or running:
+                    self._take_announced()
                     while ready:
                         queued.extend(self._plan_ready())
                         if self._copies:
@@ -188,11 +219,14 @@ class Scheduler:
                     if not running:
                         continue
                     try:
-                        done, _ = wait(running, return_when=FIRST_COMPLETED)
+                        done, _ = wait([*running, self._wake], return_when=FIRST_COMPLETED)
                     except KeyboardInterrupt:
                         self._stop_all()  # before the pool waits for the running steps to end
                         raise
+                    self._take_announced()  # published before the step that kept them ended
                     for future in done:
+                        if future not in running:
+                            continue  # the wake-up: a running step published a kept state
                         planned = running.pop(future)
                         used = _add(used, planned.target.resources, -1)
                         if not self._finish(planned, future.result()) and not self.options.keep_going:
@@ -274,6 +308,7 @@ class Scheduler:
         """Resolve a hit at once (one in a mirror is copied before any step that follows
         runs); return a miss to be run (or shown, when dry)."""
         target = self.graph.targets[label]
+        self._keys[label] = key
         if mirrored is not None and self.cache.mirrors is not None:
             self.foreseen[label] = mirrored
             if not self.options.dry_run:
@@ -291,6 +326,10 @@ class Scheduler:
             return None
         if lookup.problem is not None:
             self.reporter.warning(f"{label}: {lookup.problem}; rebuilding it")
+        for name in self._kept.get(label, ()):  # kept states a build (maybe one that failed) published
+            kept = self.cache.lookup(self._checkpoint_key(name)).outputs
+            if kept is not None:
+                self._resolve(name, kept)
         explain = self.hooks.explain_miss if self.options.explain else None
         reason = lookup.problem or (explain(target, recipe) if explain else "no cached output for its key")
         if self.read_only is not None and not self.options.dry_run:
@@ -415,25 +454,138 @@ class Scheduler:
         return True
 
     def _resolve(self, label: str, outputs: Outputs) -> None:
-        """A target's outputs are known: dependents whose inputs are now all known become ready."""
+        """A target's (or a kept state's) outputs are known: dependents whose inputs are now
+        all known become ready. Once a target's outputs are known, so are its kept states."""
+        if label in self._outputs:
+            return  # a kept state announced by its running step and found again since
         self._outputs[label] = outputs
         self._tokens[label] = keys.output_token(outputs.tree_digest)
         for dependent in self._dependents[label]:
             self._waiting[dependent] -= 1
             if self._waiting[dependent] == 0:
                 self._ready.append(dependent)
+        for name in self._kept.get(label, ()):
+            if name not in self._outputs:
+                self._resolve_from_output(name, outputs)
+
+    # -- kept states ----------------------------------------------------------------------
+
+    def _checkpoint_key(self, name: str) -> str:
+        checkpoint = self.graph.checkpoints[name]
+        return keys.checkpoint_key(self._keys[checkpoint.of], checkpoint.step)
+
+    def _resolve_from_output(self, name: str, outputs: Outputs) -> None:
+        """A kept state of a target whose output is known: its entry, else published from
+        that output (a step run where nothing relayed its states, or an entry collected
+        since). A dry run publishes nothing: the state's digest follows from the manifest."""
+        checkpoint = self.graph.checkpoints[name]
+        key = self._checkpoint_key(name)
+        found = self.cache.lookup(key).outputs
+        if found is None:
+            prefix = checkpoint_dir(checkpoint.step) + "/"
+            part = Manifest(
+                tuple(
+                    FileEntry(item.path.removeprefix(prefix), item.digest, item.size)
+                    for item in outputs.manifest.files
+                    if item.path.startswith(prefix)
+                )
+            )
+            if not part.files:
+                why = f"{checkpoint.of} published no checkpoint at step {checkpoint.step} in its output"
+                for dependent in self._downstream(name):
+                    self._record(TargetResult(dependent, Status.SKIPPED, reason=why))
+                return
+            if self.options.dry_run:
+                found = Outputs(key, part.tree_digest, part, outputs.directory)
+            else:
+                files = self.cache.local_dir(outputs) / checkpoint_dir(checkpoint.step)
+                found = self._publish_checkpoint(checkpoint, outputs.key, files)
+        self._resolve(name, found)
+
+    def _publish_checkpoint(
+        self, checkpoint: Checkpoint, of_key: str, files: Path, attempt: str | None = None
+    ) -> Outputs:
+        """Publish a kept state from `files` under its own key (under that key's lease, as any
+        step; the first entry wins, and every one holds the same bytes: training here is
+        deterministic). `of_key` is the key of the step that keeps it, `attempt` that step's
+        attempt when it publishes while running."""
+        recipe = keys.checkpoint_recipe(of_key, checkpoint.step)
+        key = keys.action_key(recipe)
+        name = checkpoint_name(checkpoint.of, checkpoint.step)
+        with self.cache.lease(key):
+            found = self.cache.lookup(key).outputs
+            if found is not None:
+                return found
+            staging = self.cache.new_staging()
+            try:
+                shutil.copytree(files, staging.out, dirs_exist_ok=True)
+                provenance = {
+                    "label": name,
+                    "checkpoint_of": {"label": checkpoint.of, "key": of_key, "step": checkpoint.step},
+                    "attrs": recipe["attrs"],
+                    "attempt": attempt,
+                    "finished": _now(),
+                    **self.provenance.invocation,
+                }
+                return self.cache.publish(
+                    Attempt(key, name, new_attempt_id(), staging), recipe, provenance, hash_tree(staging.out)
+                )
+            finally:
+                shutil.rmtree(staging.root, ignore_errors=True)
+
+    def _kept_by_running(self, planned: _Planned, attempt: Attempt, step: int, files: Path) -> None:
+        """`ctx.publish_checkpoint` of a running step (on its worker thread): publish the
+        state, and wake the coordinator if targets of this build read it."""
+        label = str(planned.target.label)
+        kept = planned.target.attrs.get(planned.target.rule.keeps_checkpoints or "") or []
+        if step not in kept:
+            self.reporter.warning(f"{label}: published a checkpoint at step {step}, which it does not keep; ignored")
+            return
+        try:
+            outputs = self._publish_checkpoint(Checkpoint(label, step), planned.key, files, attempt.attempt_id)
+        except Exception as error:  # noqa: BLE001 - it is published from the output when the step ends
+            self.reporter.warning(f"{label}: could not publish its checkpoint at step {step} yet: {error}")
+            return
+        self.reporter.step_log(label, f"published its checkpoint at step {step} ({keys.short(outputs.key)})")
+        name = checkpoint_name(label, step)
+        if name in self._dependents:
+            with self._wake_lock:
+                self._announced.append((name, outputs))
+                if not self._wake.done():
+                    self._wake.set_result(None)
+
+    def _take_announced(self) -> None:
+        """Resolve the kept states running steps announced (on the coordinator's thread)."""
+        with self._wake_lock:
+            announced, self._announced = self._announced, []
+            if self._wake.done():
+                self._wake = Future()
+        for name, outputs in announced:
+            self._resolve(name, outputs)
 
     def _downstream(self, label: str) -> list[str]:
         """The targets that depend on `label` and have no result yet, dependencies first (as
-        a dry run or a failure lists them)."""
+        a dry run or a failure lists them); through the kept states of a target not yet
+        resolved, whose readers wait for it too."""
         seen: set[str] = set()
         stack = list(self._dependents[label])
+        stack += self._readers_waiting(label)
         while stack:
             current = stack.pop()
             if current not in seen and current not in self.result.results:
                 seen.add(current)
                 stack.extend(self._dependents[current])
+                stack += self._readers_waiting(current)
         return sorted(seen, key=self._position.__getitem__)
+
+    def _readers_waiting(self, label: str) -> list[str]:
+        """The targets reading a kept state of `label` that is not known yet."""
+        return [
+            reader
+            for name in self._kept.get(label, ())
+            if name not in self._outputs
+            for reader in self._dependents[name]
+        ]
 
     @functools.cached_property
     def _position(self) -> dict[str, int]:
@@ -512,6 +664,9 @@ class Scheduler:
                 records[label] = {"source": self.cache.stat_cache.digest(self.graph.sources[label].path)[0]}
             else:
                 records[label] = {"key": self._outputs[label].key, "tree_digest": self._outputs[label].tree_digest}
+                checkpoint = self.graph.checkpoints.get(label)
+                if checkpoint is not None:  # what `rerun` needs to find it again
+                    records[label] |= {"checkpoint_of": self._keys[checkpoint.of], "step": checkpoint.step}
         return records
 
     def _attempt(self, planned: _Planned, lease: Lease, number: int, started: float) -> _Outcome:
@@ -553,8 +708,17 @@ class Scheduler:
             shutil.rmtree(scratch, ignore_errors=True)
         return _Outcome(outputs, duration, log=log, attempt=attempt.attempt_id)
 
-    def _run(self, planned: _Planned, attempt: Attempt, lease: Lease, scratch: Path | None, mirror: Any) -> RunOutcome:
-        """Run a step through its `StepRun`, stopped if the lease is lost or the build interrupted."""
+    def _run(
+        self,
+        planned: _Planned,
+        attempt: Attempt,
+        lease: Lease,
+        scratch: Path | None,
+        mirror: Any,
+        publishes: bool = True,
+    ) -> RunOutcome:
+        """Run a step through its `StepRun`, stopped if the lease is lost or the build
+        interrupted; `publishes`: the states it keeps are published as it reaches them."""
         target, label = planned.target, str(planned.target.label)
         dependencies = self._dependencies(target)
         try:
@@ -573,6 +737,7 @@ class Scheduler:
             self.workspace,
             scratch,
             progress=progress,
+            checkpoint=functools.partial(self._kept_by_running, planned, attempt) if publishes else None,
             env=self._environment(target.rule),
             sandbox=self.options.steps.sandbox,
             timeout_s=target.attrs["timeout"] or self.options.steps.timeout_s,
@@ -602,7 +767,7 @@ class Scheduler:
             if scratch is not None:
                 scratch.mkdir()
             started = time.monotonic()
-            outcome = self._run(planned, attempt, lease, scratch, None)
+            outcome = self._run(planned, attempt, lease, scratch, None, publishes=False)
             self.cache.finish_attempt(
                 attempt,
                 outcome.status,

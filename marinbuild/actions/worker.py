@@ -3,8 +3,9 @@
 Protocol: the parent writes `{"impl": "module:function", "context": {...}}` on stdin;
 the worker writes JSON lines on stdout — `{"progress": [done, total, unit]}` while it
 runs, `{"measured": {...}}` (what the step gave `ctx.measure`) when it ends, and
-`{"error": message}` before exiting non-zero on failure. Everything the step
-logs goes to its log file.
+`{"error": message}` before exiting non-zero on failure, and `{"checkpoint": {"step",
+"directory"}}` asking the parent to publish a kept state (`ctx.publish_checkpoint`).
+Everything the step logs goes to its log file.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import traceback
 from typing import TextIO
 
@@ -34,13 +36,17 @@ def main() -> int:
     request = json.loads(sys.stdin.read())
     channel = _protocol_channel()
 
+    lock = threading.Lock()  # the step's own threads report too (kept checkpoints, as they are written)
+
     def emit(message: dict) -> None:
-        channel.write(json.dumps(message) + "\n")
-        channel.flush()
+        with lock:
+            channel.write(json.dumps(message) + "\n")
+            channel.flush()
 
     context = Context.from_json(request["context"])
     context.log = step_logger(context.label, context.log_path)
     context.progress_fn = lambda done, total, unit: emit({"progress": [done, total, unit]})
+    context.checkpoint_fn = lambda step, directory: emit({"checkpoint": {"step": step, "directory": str(directory)}})
     try:
         import_impl(request["impl"])(context)
     except StepFailed as failure:

@@ -124,6 +124,9 @@ def show_lines(description: dict) -> list[str]:
     if description["measured"]:
         lines.append("  measured by the attempt that built it (not part of the output)")
         lines += [f"    {name}: {value}" for name, value in description["measured"].items()]
+    if description.get("checkpoints"):
+        lines.append("  kept checkpoints (each an entry of its own: marinbuild show KEY)")
+        lines += [f"    step {step}  key {key}" for step, key in description["checkpoints"].items()]
     return lines
 
 

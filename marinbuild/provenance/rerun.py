@@ -5,7 +5,8 @@ name and version, every attribute with its labels, and what each label stood for
 dependency by the key that produced it, a source file by the digest of its content,
 kept in the store as a blob. So the graph that made an output can be rebuilt from its
 key when the BUILD files have changed or are gone: rules come from the workspace's rule
-modules, sources from blobs, dependencies from their own recipes, recursively.
+modules, sources from blobs, dependencies from their own recipes, recursively (a state
+another step kept, read at a step, from the recipe of the step that kept it).
 
 `check` runs a recipe again even though it is cached, into a side location, and
 compares: byte for byte, or, for a rule that declares `check_metrics` (training), its
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.graph import Graph, SourceFile
+from marinbuild.actions.graph import Checkpoint, Graph, SourceFile
 from marinbuild.actions.keys import short
 from marinbuild.errors import Location, StoreError
 from marinbuild.labels import parse_label
@@ -123,6 +124,11 @@ def recipe_graph(cache: ActionCache, rules: Mapping[str, Rule], key: str, source
                 if not cache.get_blob(record["source"], path):
                     raise StoreError(f"source {name} ({short(record['source'])}) of {recipe.label} is not in the store")
                 graph.sources[name] = SourceFile(source, path)
+            elif "checkpoint_of" in record:  # a state another step kept: rebuilt with that step
+                of = stored_recipe(cache, record["checkpoint_of"])
+                add(of)
+                graph.checkpoints[name] = Checkpoint(of.label, record["step"])
+                graph.deps[name] = [of.label]
             else:
                 add(stored_recipe(cache, record["key"]))
         location = Location(f"(the recipe of {short(recipe.key)} in {cache.store.url})", 0)

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from marinbuild.actions.keys import checkpoint_key
 from marinbuild.errors import StoreError
 from marinbuild.store import ActionCache, CacheEntry
 from marinbuild.targets.rule import Rule
@@ -58,6 +59,8 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
             except StoreError as error:
                 inputs[label]["made_by"] = {"error": str(error)}
     recipe = entry.recipe
+    rule = rules.get(recipe["rule"])
+    kept = record.get("attrs", {}).get(rule.keeps_checkpoints) if rule and rule.keeps_checkpoints else None
     return {
         "key": entry.key,
         "label": entry.label,
@@ -74,7 +77,9 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
         "provenance": {name: record[name] for name in PROVENANCE_FIELDS if name in record},
         "outputs": entry.manifest.to_json(),
         "total_bytes": entry.manifest.total_bytes,
-        "metrics": read_metrics(cache, entry, rules.get(recipe["rule"])),
+        "metrics": read_metrics(cache, entry, rule),
+        # The states it kept, each also an entry of its own, which `show KEY` describes.
+        **({"checkpoints": {str(step): checkpoint_key(key, step) for step in kept}} if kept else {}),
         # What the attempt that made the output measured (`ctx.measure`): not part of it.
         "measured": record.get("measured", {}),
         # Where the entry came from if it was copied from a mirror in another region

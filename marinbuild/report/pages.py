@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from marinbuild.actions.keys import checkpoint_key
 from marinbuild.hashing import digest_bytes
 from marinbuild.provenance.compare import evaluation_prefixes
 from marinbuild.provenance.compare import hyperparameters as run_hyperparameters
@@ -538,6 +539,22 @@ def _outputs_block(step: StepReport) -> str:
     return "\n".join(parts)
 
 
+def _checkpoint_facts(step: StepReport) -> list[tuple[str, str]]:
+    """The checkpoints a training keeps (each an entry of its own, by key), and the one a
+    target reads instead of a whole output (docs/checkpoints.md)."""
+    target, facts = step.target, []
+    kept = target.attrs[target.rule.keeps_checkpoints] if target.rule.keeps_checkpoints else None
+    if kept:
+        shown = [
+            f"step {at}" + (f" <code>{escape(checkpoint_key(step.key, at)[:12])}</code>" if step.key else "")
+            for at in kept
+        ]
+        facts.append(("kept checkpoints", ", ".join(shown)))
+    for attr, (label, at) in target.steps_read().items():
+        facts.append((escape(attr), f"the checkpoint {_link(label, '')} keeps at step {at}"))
+    return facts
+
+
 def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
     target = step.target
     facts = [
@@ -557,6 +574,7 @@ def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
         )
     if step.pin is not None:
         facts.append(("external artifact", _pin_text(step.pin)))
+    facts += _checkpoint_facts(step)
     if step.copied is not None:
         copied = step.copied
         facts.append(

@@ -1,6 +1,27 @@
 """Targets: the rules API (attributes, rules, targets, the step context) and the built-in rules."""
 
 from marinbuild.targets.attrs import REQUIRED, Attr, AttrType
-from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule, Target
+from marinbuild.targets.rule import (
+    Execution,
+    Resources,
+    RetryPolicy,
+    Rule,
+    StepInput,
+    Target,
+    checkpoint_dir,
+    checkpoint_name,
+)
 
-__all__ = ["REQUIRED", "Attr", "AttrType", "Execution", "Resources", "RetryPolicy", "Rule", "Target"]
+__all__ = [
+    "REQUIRED",
+    "Attr",
+    "AttrType",
+    "Execution",
+    "Resources",
+    "RetryPolicy",
+    "Rule",
+    "StepInput",
+    "Target",
+    "checkpoint_dir",
+    "checkpoint_name",
+]

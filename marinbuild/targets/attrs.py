@@ -365,12 +365,16 @@ class Attr:
 
     `identity=False` marks attributes that say where or how a step runs (resources,
     description, tags): they never enter the action key, so changing them reruns nothing.
+    `omit_default=True` leaves an identity attribute out of the key while it holds its
+    default: an attribute added to a rule whose outputs exist, which keep their keys (a
+    target that sets it gets a new one).
     """
 
     type: AttrType
     default: JsonValue = REQUIRED
     identity: bool = True
     doc: str = ""
+    omit_default: bool = False
 
     @property
     def mandatory(self) -> bool:

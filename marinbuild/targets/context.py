@@ -24,6 +24,8 @@ from typing import Any
 from marinbuild.targets.attrs import JsonValue
 
 ProgressFn = Callable[[float, "float | None", str], None]
+# Publishes a kept state of the running step: its step, and the directory holding its files.
+CheckpointFn = Callable[[int, Path], None]
 
 
 class StepFailed(Exception):
@@ -147,6 +149,7 @@ class Context:
     distributed: dict[str, Any] | None = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("marinbuild.step"))
     progress_fn: ProgressFn | None = None
+    checkpoint_fn: CheckpointFn | None = None
     processes: ChildProcesses = field(default_factory=ChildProcesses)
     measured: dict[str, JsonValue] = field(default_factory=dict)
 
@@ -172,6 +175,16 @@ class Context:
         """Report progress on long work; shown live next to the running step."""
         if self.progress_fn is not None:
             self.progress_fn(done, total, unit)
+
+    def publish_checkpoint(self, step: int, directory: Path) -> None:
+        """Publish the state this step kept at `step` (a step its rule's `keeps_checkpoints`
+        attribute lists) now, while the step goes on: the files of `directory`, laid out as
+        they will be in the output under `checkpoint_dir(step)`. Targets that read that
+        state (`StepInput`) can then start before this step ends. `directory` must stay as it
+        is until the step ends (the builder may copy it later). Where nothing relays it (a Ray host),
+        the state is published from the output when the step ends, with the same bytes."""
+        if self.checkpoint_fn is not None:
+            self.checkpoint_fn(step, directory)
 
     def measure(self, **values: JsonValue) -> None:
         """Record facts about this attempt that must not be part of its output: wall time,

@@ -133,6 +133,37 @@ COMMON_ATTRS: dict[str, Attr] = {
 
 
 @dataclass(frozen=True)
+class StepInput:
+    """A label attribute read at a step: with the attribute `step` set, the label stands
+    for the state the named target kept at that step (`Rule.keeps_checkpoints`), so the
+    reader's key holds that state's digest, not the whole output's, and it can run as soon
+    as that state exists, before the named target's step ends.
+
+    `names` says what the label must name, for errors ("a train_lm target"). `check`, given
+    the reader's attributes and the named target's, raises ValueError when the two do not
+    fit together (another model config); it runs when the graph is planned, before
+    anything runs, so the error names the reader's BUILD line."""
+
+    step: str
+    names: str
+    check: Callable[[Mapping[str, JsonValue], Mapping[str, JsonValue]], None] | None = None
+
+
+# Where a kept state lies in the output of the target that keeps it.
+CHECKPOINTS_DIR = "checkpoints"
+
+
+def checkpoint_dir(step: int) -> str:
+    return f"{CHECKPOINTS_DIR}/step-{step}"
+
+
+def checkpoint_name(label: str, step: int) -> str:
+    """How the graph, the inputs of a step (`ctx.url(name)`) and the records name the state
+    `label` kept at `step`. The space keeps it apart from every label."""
+    return f"{label} at step {step}"
+
+
+@dataclass(frozen=True)
 class Rule:
     """A kind of step. Bump `version` when a change of `impl` should rebuild old outputs."""
 
@@ -181,6 +212,15 @@ class Rule:
     # where a new attempt would resume, in words ("the checkpoint at step 10"); None: from
     # the start. `build`, `build --dry-run` and `explain` say so.
     resume_point: Callable[[Sequence[str]], str | None] | None = None
+    # For a rule whose steps pass through states worth keeping (train_lm's checkpoints): the
+    # attribute listing the steps a target keeps. Each kept state is its own entry, under a
+    # key derived from the target's key and the step (`keys.checkpoint_recipe`), published
+    # as soon as the running step reaches it (`ctx.publish_checkpoint`), and is also in the
+    # output, under `checkpoint_dir(step)`: other targets read it by `step_inputs`.
+    keeps_checkpoints: str | None = None
+    # Label attributes that, with a step attribute set, read one kept state of the target
+    # they name instead of its whole output: `eval_lm(model = ":run", step = 2000)`.
+    step_inputs: Mapping[str, StepInput] = field(default_factory=dict)
     all_attrs: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -233,10 +273,43 @@ class Target:
     def resources(self) -> Resources:
         return Resources.from_json(self.attrs["resources"], self.rule.resources)
 
+    def steps_read(self) -> dict[str, tuple[str, int]]:
+        """{attribute: (label, step)} for each label attribute read at a step (`StepInput`)."""
+        found = {}
+        for name, spec in self.rule.step_inputs.items():
+            label, step = self.attrs[name], self.attrs[spec.step]
+            if label is not None and step is not None:
+                found[name] = (label, step)
+        return found
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """What the step reads, as the build graph names it: `deps`, but a label read at a
+        step is the name of that kept state (`checkpoint_name`). `deps` keeps the labels
+        themselves, the edges `query` and the report show."""
+        steps = self.steps_read()
+        if not steps:
+            return self.deps
+        seen: dict[str, None] = {}
+        for name, attr in self.rule.all_attrs.items():
+            step = steps.get(name)
+            for label in attr.type.labels(self.attrs[name]):
+                seen.setdefault(label if step is None else checkpoint_name(label, step[1]))
+        return tuple(seen)
+
     def map_labels(self, fn: Callable[[str], str], *, identity_only: bool) -> dict[str, JsonValue]:
-        """The attributes with every label replaced by `fn(label)`."""
+        """The attributes with every label replaced by `fn(label)` (by `fn` of the kept
+        state's name for a label read at a step); `identity_only`: those of the key."""
+        steps = self.steps_read()
+
+        def mapper(name: str) -> Callable[[str], str]:
+            if name not in steps:
+                return fn
+            step = steps[name][1]
+            return lambda label: fn(checkpoint_name(label, step))
+
         return {
-            name: attr.type.map_labels(self.attrs[name], fn)
+            name: attr.type.map_labels(self.attrs[name], mapper(name))
             for name, attr in self.rule.all_attrs.items()
-            if attr.identity or not identity_only
+            if not identity_only or (attr.identity and not (attr.omit_default and self.attrs[name] == attr.default))
         }

@@ -1,0 +1,220 @@
+"""Kept states (issue #19, parts 2 and 3), on the engine alone: a step that keeps states
+publishes each as an entry of its own while it runs, and what reads one runs then, before
+the step ends; a step that fails afterwards, or is trained again, leaves the same bytes.
+
+A toy rule stands for train_lm here (it counts, keeping the value at some steps), so
+that what the scheduler does is checked in seconds; tests/test_wsd_cooldowns.py does it
+with Levanter. The keeper waits, before it ends, for a file its reader writes: a build
+that ends at all shows the reader ran while the keeper was running.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import build_json, keys, run_cli, statuses
+
+RULES = """
+import shutil
+import time
+from pathlib import Path
+
+from marinbuild.targets import Attr, Rule, StepInput, checkpoint_dir, checkpoint_name
+from marinbuild.targets import attrs as types
+from marinbuild.targets.context import StepFailed
+
+
+def _count(ctx):
+    for step in range(ctx.attrs["steps"]):
+        if step in ctx.attrs["keep"]:
+            state = ctx.tmp / f"step-{step}"
+            state.mkdir()
+            (state / "value.txt").write_text(f"{ctx.attrs['start'] + step}\\n")
+            ctx.publish_checkpoint(step, state)
+            shutil.copytree(state, ctx.out / checkpoint_dir(step))
+    signal, deadline = ctx.attrs["wait_for"], time.monotonic() + 30
+    while signal and not Path(signal).exists():
+        if time.monotonic() > deadline:
+            raise StepFailed(f"no reader wrote {signal} while this step ran")
+        time.sleep(0.02)
+    if (ctx.workspace / "FAIL").exists():
+        raise StepFailed("failing after its kept states, as asked")
+    (ctx.out / "final.txt").write_text(f"{ctx.attrs['start'] + ctx.attrs['steps']}\\n")
+
+
+counter = Rule(
+    name="counter",
+    impl=_count,
+    attrs={
+        "steps": Attr(types.INT),
+        "keep": Attr(types.JSON, default=[]),
+        "start": Attr(types.INT, default=0),
+        "wait_for": Attr(types.STRING, default="", identity=False),
+    },
+    keeps_checkpoints="keep",
+)
+
+
+def _read(ctx):
+    src, step = ctx.attrs["src"], ctx.attrs["step"]
+    root = ctx.root(src if step is None else checkpoint_name(src, step))
+    (ctx.out / "read.txt").write_text((root / ("final.txt" if step is None else "value.txt")).read_text())
+    if ctx.attrs["signal"]:
+        Path(ctx.attrs["signal"]).write_text("read\\n")
+
+
+reader = Rule(
+    name="reader",
+    impl=_read,
+    attrs={
+        "src": Attr(types.LABEL),
+        "step": Attr(types.INT, default=None),
+        "signal": Attr(types.STRING, default="", identity=False),
+    },
+    step_inputs={"src": StepInput("step", "a counter target")},
+)
+"""
+
+
+def _build_file(signal: Path, keep: str = "[2]") -> str:
+    return f"""
+counter(name = "count", steps = 5, keep = {keep}, wait_for = "{signal}")
+reader(name = "read2", src = ":count", step = 2, signal = "{signal}")
+reader(name = "read_all", src = ":count")
+"""
+
+
+def _workspace(make_workspace, tmp_path: Path, name: str = "ws", keep: str = "[2]") -> Path:
+    signal = tmp_path / f"{name}-read"
+    return make_workspace(
+        {"toyrules.py": RULES, "p/BUILD.marin": _build_file(signal, keep)}, 'rules = ["toyrules"]\n', name
+    )
+
+
+def _show(ws: Path, what: str, store: str | None = None) -> dict:
+    rc, out, err = run_cli(ws, "show", "--json", what, store=store)
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def _part(shown: dict, step: int) -> dict[str, str]:
+    """{path: digest} of a kept state inside the output of the step that kept it."""
+    prefix = f"checkpoints/step-{step}/"
+    return {item["path"][len(prefix) :]: item["blake3"] for item in shown["outputs"] if item["path"].startswith(prefix)}
+
+
+def _files(shown: dict) -> dict[str, str]:
+    return {item["path"]: item["blake3"] for item in shown["outputs"]}
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "gcs"])
+def test_a_reader_of_a_kept_state_runs_while_the_step_keeping_it_runs(make_workspace, tmp_path, request, remote):
+    store = f"gs://{request.getfixturevalue('gcs_bucket')}/team" if remote else None
+    ws = _workspace(make_workspace, tmp_path)
+    built = build_json(ws, "--jobs", "3", "//p:all", store=store)  # ends only if read2 ran during count
+    assert set(statuses(built).values()) == {"built"}, built["stderr"]
+    assert "published its checkpoint at step 2" in built["stderr"]
+
+    for label, value in (("//p:read2", "2\n"), ("//p:read_all", "5\n")):
+        rc, out, err = run_cli(ws, "where", label, store=store)
+        assert rc == 0 and (Path(out.strip()) / "read.txt").read_text() == value, err
+    # The kept state is an entry of its own, the same files as under checkpoints/step-2/ of
+    # the keeper's output, published by the keeper's running attempt.
+    count = _show(ws, "//p:count", store)
+    state = _show(ws, count["checkpoints"]["2"], store)
+    assert state["label"] == "//p:count at step 2" and state["recipe"]["attrs"] == {"of": count["key"], "step": 2}
+    assert _files(state) == _part(count, 2) == {"value.txt": _part(count, 2)["value.txt"]}
+    assert state["provenance"]["attempt"] is not None
+    # The reader's key holds the state's digest, and its record says where it came from.
+    recorded = _show(ws, "//p:read2", store)["recipe"]["inputs"]["//p:count at step 2"]
+    assert recorded["tree_digest"] == state["tree_digest"] and recorded["checkpoint_of"] == count["key"]
+
+    again = build_json(ws, "//p:all", store=store)
+    assert set(statuses(again).values()) == {"cached"}
+    rc, out, err = run_cli(ws, "query", "deps(//p:read2)", store=store)
+    assert rc == 0 and "//p:count" in out.split(), out + err
+    # Rebuilt from the store alone, the reader's recipe finds the state it read again.
+    rc, out, err = run_cli(ws, "rerun", keys(built)["//p:read2"], store=store)
+    assert rc == 0 and "cached" in out, out + err
+    # The report's pages say which checkpoints a step keeps and which one a step reads.
+    rc, out, err = run_cli(ws, "report", "//p:all", "-o", str(tmp_path / "report"), store=store)
+    assert rc == 0, err
+    pages = "".join(path.read_text() for path in (tmp_path / "report").rglob("*.html"))
+    assert (
+        f"step 2 <code>{count['checkpoints']['2'][:12]}</code>" in pages and ">//p:count</a> keeps at step 2" in pages
+    )
+
+
+def test_a_step_that_fails_after_keeping_a_state_leaves_the_same_bytes(make_workspace, tmp_path):
+    ws = _workspace(make_workspace, tmp_path)
+    (ws / "FAIL").touch()
+    failed = build_json(ws, "--jobs", "3", "//p:all", expect_rc=1)
+    assert statuses(failed) == {"//p:count": "failed", "//p:read2": "built", "//p:read_all": "skipped"}
+
+    (ws / "FAIL").unlink()
+    rebuilt = build_json(ws, "//p:all")
+    assert statuses(rebuilt) == {"//p:count": "built", "//p:read2": "cached", "//p:read_all": "built"}
+    count = _show(ws, "//p:count")
+    state = _show(ws, count["checkpoints"]["2"])  # published by the failed attempt
+    assert _files(state) == _part(count, 2)
+
+    # Trained again in another store: the same state, so the reader's key is the same.
+    twin = _workspace(make_workspace, tmp_path, "twin")
+    again = build_json(twin, "//p:all")
+    assert keys(again)["//p:read2"] == keys(rebuilt)["//p:read2"]
+    assert _show(twin, "//p:count")["checkpoints"]["2"] == count["checkpoints"]["2"]
+
+
+def test_what_reruns_when_the_keeper_or_the_reader_changes(make_workspace, tmp_path):
+    ws = _workspace(make_workspace, tmp_path)
+    first = build_json(ws, "--jobs", "3", "//p:all")
+    build = (ws / "p" / "BUILD.marin").read_text()
+
+    # Another reader leaves the keeper's key alone.
+    (ws / "p" / "BUILD.marin").write_text(build + 'reader(name = "read4", src = ":count", step = 2)\n')
+    dry = build_json(ws, "--dry-run", "//p:all")
+    assert keys(dry)["//p:count"] == keys(first)["//p:count"]
+    assert statuses(dry)["//p:count"] == "cached"
+
+    # Keeping one more state is another recipe for the keeper, but the state at step 2 has
+    # the same bytes: its reader keeps its key and stays cached (early cutoff), where the
+    # reader of the whole output, which holds one more state, runs again.
+    (ws / "p" / "BUILD.marin").write_text(_build_file(tmp_path / "ws-read", keep="[2, 3]"))
+    more = build_json(ws, "--jobs", "3", "//p:all")
+    assert statuses(more) == {"//p:count": "built", "//p:read2": "cached", "//p:read_all": "built"}
+
+    # A kept state whose entry is gone is published again from the keeper's output.
+    (ws / "p" / "BUILD.marin").write_text(build)
+    state = _show(ws, _show(ws, "//p:count")["checkpoints"]["2"])
+    entry = ws / "cache" / "ac" / state["key"][:2] / f"{state['key']}.json"
+    entry.unlink()
+    rebuilt = build_json(ws, "//p:read2")
+    assert statuses(rebuilt) == {"//p:count": "cached", "//p:read2": "cached"}
+    assert entry.exists() and _show(ws, state["key"])["provenance"]["attempt"] is None
+
+
+@pytest.mark.parametrize(
+    ("line", "message", "hint"),
+    [
+        (
+            'reader(name = "r", src = ":count", step = 3)',
+            "//p:r: //p:count keeps no checkpoint at step 3 (it keeps: 2)",
+            "add 3 to keep of //p:count (p/BUILD.marin:2)",
+        ),
+        (
+            'reader(name = "r", src = ":read_all", step = 2)',
+            "//p:r: 'src' with 'step' reads a kept checkpoint, but //p:read_all is a reader target, which keeps none",
+            "'src' names a counter target",
+        ),
+    ],
+    ids=["step-not-kept", "not-a-keeper"],
+)
+def test_reading_a_state_that_is_not_kept_is_bad_input(make_workspace, tmp_path, line, message, hint):
+    ws = _workspace(make_workspace, tmp_path)
+    (ws / "p" / "BUILD.marin").write_text((ws / "p" / "BUILD.marin").read_text() + line + "\n")
+    for command in (["build", "//p:r"], ["build", "--dry-run", "//p:all"]):
+        rc, _out, err = run_cli(ws, *command)
+        assert rc == 2 and f"p/BUILD.marin:5: {message}" in err and f"hint: {hint}" in err, err
+    assert not (ws / "cache" / "ac").exists()
