@@ -84,13 +84,15 @@ def find_marinbuild() -> str:
 
 @dataclass(frozen=True)
 class Run:
-    """One finished command: wall-clock seconds, its captured output, and the most memory
-    it held at once (peak resident set, MiB)."""
+    """One finished command: wall-clock seconds, its captured output, the most memory it
+    held at once (peak resident set, MiB) and the CPU time it used (user + system: what
+    other work on the machine changes least)."""
 
     seconds: float
     stdout: str
     stderr: str
     peak_rss_mib: float = 0.0
+    cpu_s: float = 0.0
 
 
 def run_timed(cmd: Sequence[str | Path], cwd: Path, extra_env: dict[str, str] | None = None) -> Run:
@@ -111,7 +113,7 @@ def run_timed(cmd: Sequence[str | Path], cwd: Path, extra_env: dict[str, str] | 
             f"{' '.join(map(str, cmd))} failed with exit code {returncode} in {cwd}:\n"
             f"{(stdout + stderr)[-ERROR_TAIL_CHARS:]}"
         )
-    return Run(seconds, stdout, stderr, usage.ru_maxrss / 1024)
+    return Run(seconds, stdout, stderr, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime)
 
 
 def summarize(samples: Sequence[float]) -> dict[str, float | list[float]]:

@@ -90,7 +90,7 @@ def measure_marinbuild(marinbuild: str, root: Path, args: argparse.Namespace, ta
     # One untimed no-op: right after the cold build, the stat cache distrusts digests
     # recorded within 2 s of a file's modification and hashes the outputs again.
     benchlib.marinbuild_build(marinbuild, workspace, args.jobs)
-    figures: dict[str, list[float]] = {"noop": [], "noop_no_bytecode": [], "peak_rss_mib": []}
+    figures: dict[str, list[float]] = {"noop": [], "noop_no_bytecode": [], "noop_cpu": [], "peak_rss_mib": []}
     with tempfile.TemporaryDirectory(prefix="marinbuild-no-pycache-") as empty:
         no_bytecode = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": empty}
         for i in range(args.repeat):
@@ -99,6 +99,8 @@ def measure_marinbuild(marinbuild: str, root: Path, args: argparse.Namespace, ta
                 benchlib.check_counts(report, targets, built=0)
                 figures[name].append(run.seconds)
                 figures["peak_rss_mib"].append(run.peak_rss_mib)
+                if env is None:
+                    figures["noop_cpu"].append(run.cpu_s)
             benchlib.log(
                 f"marinbuild: no-op {i + 1}/{args.repeat}: {figures['noop'][-1]:.3f} s, "
                 f"{figures['noop_no_bytecode'][-1]:.3f} s without bytecode cache"
@@ -110,6 +112,7 @@ def measure_marinbuild(marinbuild: str, root: Path, args: argparse.Namespace, ta
         "cold_s": cold.seconds,
         "noop_s": benchlib.summarize(figures["noop"]),
         "noop_no_bytecode_s": benchlib.summarize(figures["noop_no_bytecode"]),
+        "noop_cpu_s": benchlib.summarize(figures["noop_cpu"]),
         "peak_rss_mib": max(figures["peak_rss_mib"]),
     }
 
@@ -158,7 +161,7 @@ def ratios(results: dict) -> dict[str, float]:
                 dvc[f"{kind}_noop_s"]["median"], dvc["targets"]
             )
     if mb and scale:
-        for kind in ("noop_s", "noop_no_bytecode_s"):
+        for kind in ("noop_s", "noop_no_bytecode_s", "noop_cpu_s"):
             found[f"marinbuild_{kind}_per_target_{scale['targets']}/{mb['targets']}"] = per_target(
                 scale[kind]["median"], scale["targets"]
             ) / per_target(mb[kind]["median"], mb["targets"])
@@ -171,6 +174,7 @@ def print_report(results: dict) -> None:
         if mb := results.get(name):
             rows.append(_row("marinbuild build", mb["targets"], mb["cold_s"], mb["noop_s"]))
             rows.append(_row("  (no bytecode cache)", mb["targets"], None, mb["noop_no_bytecode_s"]))
+            rows.append(_row("  (CPU time, user + system)", mb["targets"], None, mb["noop_cpu_s"]))
     if dvc := results.get("dvc"):
         rows.append(_row("dvc repro -P", dvc["targets"], dvc["cold_s"], dvc["repro_noop_s"]))
         rows.append(_row("dvc status", dvc["targets"], None, dvc["status_noop_s"]))

@@ -6,13 +6,15 @@ does without a shell.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import gc
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -51,6 +53,31 @@ from marinbuild.targets.rule import Target
 
 if TYPE_CHECKING:
     from marinbuild.store.gcs import GCSStore
+
+
+@contextlib.contextmanager
+def _spared_by_the_collector() -> Iterator[Callable[[], None]]:
+    """Load and plan without Python's cyclic garbage collector, then freeze what that made
+    until the build ends (call the function yielded once planned).
+
+    Packages, the graph and the store's memos live as long as the build and hold no
+    garbage, but every collection scanned them all again: a seventh to a fifth of a 10,000-target no-op
+    went to collections that freed nothing, and the share grows with the graph. Frozen,
+    they are skipped; unfrozen at the end, so a process that builds again frees them."""
+    enabled = gc.isenabled()
+    gc.disable()
+
+    def planned() -> None:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+    try:
+        yield planned
+    finally:
+        if enabled:
+            gc.enable()
+        gc.unfreeze()
 
 
 def _not_recorded(*args: object) -> None:
@@ -188,13 +215,16 @@ class Session:
 
         Run here (not on Ray), a step asking for an accelerator this machine lacks is an
         error before anything runs, unless `allow_cpu`: JAX would quietly use the CPU."""
-        graph = self.plan(patterns)
-        lacking = {} if options.executor == "ray" or allow_cpu else _lacking_accelerators(graph)
-        if options.dry_run:
-            return self._annotate_dry_run(graph, self._scheduler(graph, options, reporter).run(), lacking)
-        if lacking:
-            self._refuse_lacking(graph, lacking)
-        return self._run_recorded("build", graph, list(patterns), options, reporter, events).result
+        with _spared_by_the_collector() as planned:
+            graph = self.plan(patterns)
+            _ = self.cache  # its memo of entries, read now
+            planned()
+            lacking = {} if options.executor == "ray" or allow_cpu else _lacking_accelerators(graph)
+            if options.dry_run:
+                return self._annotate_dry_run(graph, self._scheduler(graph, options, reporter).run(), lacking)
+            if lacking:
+                self._refuse_lacking(graph, lacking)
+            return self._run_recorded("build", graph, list(patterns), options, reporter, events).result
 
     def _annotate_dry_run(self, graph: Graph, result: BuildResult, lacking: dict[str, str]) -> BuildResult:
         """Add to a dry run's reasons what the steps would do besides running: resume from

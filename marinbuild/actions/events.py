@@ -18,7 +18,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from marinbuild.actions.results import BuildResult, Reporter, TargetResult
+from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
+
+# The event a finished step is, by its status (any other: step_finished).
+_EVENT_OF_STATUS = {Status.CACHED: "cache_hit", Status.FAILED: "step_failed", Status.SKIPPED: "step_skipped"}
 
 
 class EventStream:
@@ -56,9 +59,7 @@ class EventStream:
         self._emit("step_progress", label=label, done=done, total=total, unit=unit)
 
     def step_finished(self, result: TargetResult) -> None:
-        event = {"cached": "cache_hit", "failed": "step_failed", "skipped": "step_skipped"}.get(
-            result.status.value, "step_finished"
-        )
+        event = _EVENT_OF_STATUS.get(result.status, "step_finished")
         if event == "cache_hit" and self._file is None and result.reason is None:
             return  # kept nowhere: spare building it
         self._emit(event, **result.to_json())

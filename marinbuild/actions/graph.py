@@ -184,6 +184,11 @@ def _check_checkpoint(loader: PackageLoader, reader: Target, attr: str, label: s
 
 def resolve(loader: PackageLoader, text: str, referrer: Target | None = None) -> Target | SourceFile:
     """The rule target or source file a label names; `referrer` is who mentions it, for errors."""
+    if text.startswith("//"):  # the usual case, a target of a loaded package: no parsing needed
+        package_name, _, name = text[2:].partition(":")
+        loaded = loader.loaded(package_name)
+        if loaded is not None and name in loaded.targets:
+            return loaded.targets[name]
     where = referrer.location if referrer else None
     user = f"{referrer.label} depends on '{text}'" if referrer else f"'{text}'"
     try:
@@ -235,6 +240,7 @@ def _topological_order(graph: Graph) -> list[str]:
     """Dependencies first; a cycle is an error that lists it, with file:line per target."""
     order: list[str] = []
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    rule_deps: dict[str, list[str]] = {}  # each label's, computed once (a label is visited once per dep)
     for root in graph.targets:
         if state.get(root) == 2:
             continue
@@ -245,7 +251,9 @@ def _topological_order(graph: Graph) -> list[str]:
             if index == 0:
                 state[label] = 1
                 path.append(label)
-            deps = graph.rule_deps(label)
+            deps = rule_deps.get(label)
+            if deps is None:
+                deps = rule_deps[label] = graph.rule_deps(label)
             if index < len(deps):
                 stack.append((label, index + 1))
                 dep = deps[index]

@@ -148,6 +148,10 @@ class PackageLoader:
             self._has_package[package] = (self.workspace.package_dir(package) / BUILD_FILE).is_file()
         return self._has_package[package]
 
+    def loaded(self, name: str) -> Package | None:
+        """The package if this loader has it already, without checking `name` at all."""
+        return self._packages.get(name)
+
     def package(self, name: str) -> Package:
         if name not in self._packages:
             self._packages[name] = self._cached_package(name) or self._load_package(name)
