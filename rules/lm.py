@@ -195,6 +195,10 @@ def _train_lm(ctx: Context) -> None:
 
 train_lm = Rule(
     name="train_lm",
+    # 2: checkpoints hold the learning-rate schedule's state and model.json the evaluation
+    # settings (since 8f80818); a version-1 output is not what this code makes, and a
+    # cooldown (`init_from`) could not restore its optimizer state.
+    version=2,
     impl=_train_lm,
     doc="Train a Llama language model with Levanter; outputs checkpoint/, hf/, metrics.jsonl, summary.json.",
     attrs={

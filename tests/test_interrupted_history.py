@@ -14,11 +14,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from conftest import CLI_TIMEOUT_S, cli_env, run_cli
+from conftest import CLI_TIMEOUT_S, cli_command, cli_env, run_cli
 
 from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
@@ -39,7 +38,7 @@ def test_history_shows_what_a_stopped_build_published_and_was_running(make_works
     marker = f"{51 + signum}.75"  # a sleep no other test runs
     ws = make_workspace(_pipeline(marker))
     builder = subprocess.Popen(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "//pkg:all"],
+        cli_command(ws, "build", "//pkg:all"),
         cwd=ws,
         env=cli_env(),
         stdout=subprocess.DEVNULL,

@@ -12,11 +12,10 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from conftest import build_json, cli_env, keys, run_cli, statuses
+from conftest import build_json, cli_command, cli_env, keys, run_cli, statuses
 
 import marinbuild
 from marinbuild.provenance.rerun import check_outputs
@@ -163,7 +162,7 @@ def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
     _build(ws, f"{PKG}:tokens")
 
     build = subprocess.Popen(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", f"{PKG}:model"],
+        cli_command(ws, "build", f"{PKG}:model"),
         cwd=ws,
         env=cli_env(),
         stdout=subprocess.DEVNULL,
