@@ -156,9 +156,23 @@ def test_bad_attributes_fail_at_load(tmp_path: Path) -> None:
     assert rc == 2 and "BUILD.marin:1" in err and "name at least one tokenize target" in err, err
 
 
+# A cooldown of the resume test's run, from the checkpoint it keeps at step 9.
+_COOLDOWN = """
+train_lm(
+    name = "cooldown",
+    data = ":tokens",
+    model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
+    optimizer = {"learning_rate": 3e-3, "lr_schedule": "linear", "decay": 20},
+    trainer = {"steps": 30, "batch_size": 2, "max_eval_batches": 1},
+    init_from = ":model",
+    init_step = 9,
+)
+"""
+
+
 def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     trainer = '{"steps": 300, "batch_size": 2, "eval_interval": 1000, "checkpoint_interval": 10, "max_eval_batches": 1}'
-    ws = _workspace(tmp_path / "ws", _build_file(trainer=trainer, keep="[9]"))
+    ws = _workspace(tmp_path / "ws", _build_file(trainer=trainer, keep="[9]") + _COOLDOWN)
     _build(ws, f"{PKG}:tokens")
 
     build = subprocess.Popen(
@@ -199,7 +213,7 @@ def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
 
     # Resumed or not, the same recipe gives the same bytes: a run never interrupted
     # publishes the same tree (weights, optimizer state, metrics), so dependents keep their keys.
-    uninterrupted = _workspace(tmp_path / "uninterrupted", _build_file(trainer=trainer, keep="[9]"))
+    uninterrupted = _workspace(tmp_path / "uninterrupted", _build_file(trainer=trainer, keep="[9]") + _COOLDOWN)
     again = _build(uninterrupted, f"{PKG}:model")
     assert keys(again)[f"{PKG}:model"] == keys(data)[f"{PKG}:model"]
     shown = json.loads(run_cli(uninterrupted, "show", "--json", f"{PKG}:model")[1])
@@ -210,6 +224,10 @@ def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
     part = {item["path"][len(prefix) :]: item["blake3"] for item in shown["outputs"] if item["path"].startswith(prefix)}
     assert part and {item["path"]: item["blake3"] for item in kept["files"]} == part
     assert shown["checkpoints"]["9"] == kept["key"]
+    # So a cooldown from step 9 of the killed run is the cooldown from step 9 of the
+    # uninterrupted one: the same key, made of the same checkpoint's digest.
+    cooldowns = [keys(build_json(where, "--dry-run", f"{PKG}:cooldown")) for where in (ws, uninterrupted)]
+    assert cooldowns[0][f"{PKG}:cooldown"] == cooldowns[1][f"{PKG}:cooldown"] is not None
 
 
 def _wait_for_checkpoint(
