@@ -88,7 +88,9 @@ def test_unknown_setting_is_an_error(tmp_path, config_name):
         open_workspace(ws)
     config = ws.resolve() / config_name
     assert caught.value.message == f"{config}: unknown settings ['bogus', 'stroe']"
-    assert caught.value.hint.startswith("did you mean 'store'? known settings: ['action_env', 'egress_budget_gb', 'executor',")
+    assert caught.value.hint.startswith(
+        "did you mean 'store'? known settings: ['action_env', 'egress_budget_gb', 'executor',"
+    )
 
 
 def test_invalid_toml_is_an_error(tmp_path):
