@@ -27,6 +27,8 @@ from marinbuild.store.manifest import Manifest, OutputError, hash_tree
 from marinbuild.targets.attrs import JsonValue
 from marinbuild.targets.context import CheckpointFn, ChildProcesses, Context, InputFiles, ProgressFn, StepFailed
 
+_MARINBUILD_SOURCE = Path(__file__).resolve().parents[2]  # what holds marinbuild/ (this is actions/attempt.py)
+
 
 class WorkerLost(Exception):
     """The process (or host) running a step died without reporting: preempted, killed,
@@ -112,9 +114,11 @@ class StepRun:
         if cache is not None:  # JAX writes the programs it compiles there (hermetic.py)
             cache.mkdir(parents=True, exist_ok=True)
             writable.append(cache)
-        # What the step reads: the workspace (its sources, rule code), its inputs, Python.
+        # What the step reads: the workspace (its sources, rule code), its inputs, Python, and
+        # where marinbuild is installed: for an editable install its checkout, which holds
+        # the `rules` package too (under /tmp, the sandbox's private /tmp would hide it).
         readable = [workspace, *(files.root for files in inputs.values() if files.root is not None)]
-        readable += [Path(sys.prefix), Path(sys.base_prefix)]
+        readable += [Path(sys.prefix), Path(sys.base_prefix), _MARINBUILD_SOURCE]
         self.context = Context(
             label=label,
             key=key,

@@ -61,7 +61,17 @@ def main() -> int:
     finally:
         if context.measured:  # a failed attempt's measurements are worth keeping too
             emit({"measured": context.measured})
+    _leave_jax_job()
     return 0
+
+
+def _leave_jax_job() -> None:
+    """A process of a multi-host step that joined JAX's distributed job leaves it with the
+    others: shutting down waits for every process (a barrier), where an exit of process 0,
+    which serves the job's coordination, would kill the processes still finishing."""
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.distributed.is_initialized():
+        jax.distributed.shutdown()
 
 
 def _exit(code: int) -> None:
