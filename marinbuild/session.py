@@ -58,23 +58,29 @@ if TYPE_CHECKING:
 @contextlib.contextmanager
 def _spared_by_the_collector() -> Iterator[Callable[[], None]]:
     """Load and plan without Python's cyclic garbage collector, then freeze what that made
-    until the build ends (call the function yielded once planned).
+    until the build ends (call the function yielded once planned), and collect the young
+    generation less often meanwhile.
 
     Packages, the graph and the store's memos live as long as the build and hold no
-    garbage, but every collection scanned them all again: a seventh to a fifth of a 10,000-target no-op
-    went to collections that freed nothing, and the share grows with the graph. Frozen,
-    they are skipped; unfrozen at the end, so a process that builds again frees them."""
+    garbage, but every collection scanned them all again: a seventh to a fifth of a
+    10,000-target no-op went to collections that freed nothing, and the share grows with
+    the graph. Frozen, they are skipped. A build's own garbage is mostly freed by reference
+    counting; the young generation is collected every 20,000 allocations instead of 700.
+    All is as it was at the end, so a process that builds again frees what it froze."""
     enabled = gc.isenabled()
+    thresholds = gc.get_threshold()
     gc.disable()
 
     def planned() -> None:
         gc.freeze()
+        gc.set_threshold(max(thresholds[0], 20_000), *thresholds[1:])
         if enabled:
             gc.enable()
 
     try:
         yield planned
     finally:
+        gc.set_threshold(*thresholds)
         if enabled:
             gc.enable()
         gc.unfreeze()
