@@ -194,58 +194,74 @@ def _store(root: Path, bucket: str, name: str) -> Any:
 
 
 def large_output(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, Any]:
-    import gcsfs
-
     staged = root / "staged"
     staged.mkdir()
     benchlib.log(f"writing a {args.size_mib} MiB output")
     with open(staged / "model.bin", "wb") as file:
         for _ in range(args.size_mib):
             file.write(os.urandom(2**20))
-    manifest = hash_tree(staged)
-    store = _store(root, bucket, "large")
-    fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
-    times: dict[str, list[float]] = {"upload": [], "upload_gcsfs": [], "download": [], "download_gcsfs": []}
-    for attempt in range(args.repeat):
-        times["upload"].append(timed(lambda: store.put_dir(staged, f"out/{attempt}", manifest)))
-        times["upload_gcsfs"].append(
-            timed(lambda: fs.put_file(str(staged / "model.bin"), f"{bucket}/direct/{attempt}/model.bin"))
-        )
-        cache = LocalCache(root / f"cache{attempt}")
-        times["download"].append(timed(lambda: cache.materialise(store, f"out/{attempt}", manifest)))
-        times["download_gcsfs"].append(
-            timed(lambda: fs.get_file(f"{bucket}/direct/{attempt}/model.bin", str(root / f"direct{attempt}.bin")))
-        )
-        (root / f"direct{attempt}.bin").unlink()
-        shutil.rmtree(root / f"cache{attempt}")
-        benchlib.log(f"large output, round {attempt + 1}/{args.repeat} done")
+    times = _transfers(
+        root,
+        bucket,
+        "large output",
+        staged,
+        args.repeat,
+        put=lambda fs, remote: fs.put_file(str(staged / "model.bin"), f"{remote}/model.bin"),
+        get=lambda fs, remote, local: fs.get_file(f"{remote}/model.bin", str(local)),
+    )
     return _ratios(times, args.size_mib)
 
 
 def small_files(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, Any]:
-    import gcsfs
-
     staged = root / "small"
     benchlib.log(f"writing {args.small_files} files of {args.small_kib} KiB")
     for index in range(args.small_files):
         path = staged / f"d{index % 100:02d}" / f"f{index:05d}.bin"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(os.urandom(args.small_kib * 1024))
+    times = _transfers(
+        root,
+        bucket,
+        "small files",
+        staged,
+        args.repeat,
+        put=lambda fs, remote: fs.put(str(staged), remote, recursive=True),
+        get=lambda fs, remote, local: fs.get(remote, str(local), recursive=True),
+    )
+    return _ratios(times, args.small_files * args.small_kib / 1024)
+
+
+def _transfers(
+    root: Path,
+    bucket: str,
+    name: str,
+    staged: Path,
+    repeat: int,
+    put: Callable[[Any, str], Any],
+    get: Callable[[Any, str, Path], Any],
+) -> dict[str, list[float]]:
+    """Times of `repeat` rounds: marinbuild's upload of `staged` and download through its
+    local cache, and gcsfs's own `put(fs, remote)` and `get(fs, remote, local)` of the same."""
+    import gcsfs
+
     manifest = hash_tree(staged)
-    store = _store(root, bucket, "small")
+    store = _store(root, bucket, staged.name)  # a prefix of its own per kind of output
     fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
     times: dict[str, list[float]] = {"upload": [], "upload_gcsfs": [], "download": [], "download_gcsfs": []}
-    for attempt in range(args.repeat):
+    for attempt in range(repeat):
+        remote, local = f"{bucket}/{staged.name}-direct/{attempt}", root / f"direct{attempt}"
+        cache = LocalCache(root / f"cache{attempt}")
         times["upload"].append(timed(lambda: store.put_dir(staged, f"out/{attempt}", manifest)))
-        times["upload_gcsfs"].append(timed(lambda: fs.put(str(staged), f"{bucket}/sdirect/{attempt}", recursive=True)))
-        cache = LocalCache(root / f"scache{attempt}")
+        times["upload_gcsfs"].append(timed(lambda: put(fs, remote)))
         times["download"].append(timed(lambda: cache.materialise(store, f"out/{attempt}", manifest)))
-        got = root / f"sdirect{attempt}"
-        times["download_gcsfs"].append(timed(lambda: fs.get(f"{bucket}/sdirect/{attempt}", str(got), recursive=True)))
-        shutil.rmtree(got)
-        shutil.rmtree(root / f"scache{attempt}")
-        benchlib.log(f"small files, round {attempt + 1}/{args.repeat} done")
-    return _ratios(times, args.small_files * args.small_kib / 1024)
+        times["download_gcsfs"].append(timed(lambda: get(fs, remote, local)))
+        if local.is_dir():
+            shutil.rmtree(local)
+        else:
+            local.unlink()
+        shutil.rmtree(root / f"cache{attempt}")
+        benchlib.log(f"{name}, round {attempt + 1}/{repeat} done")
+    return times
 
 
 def _ratios(times: dict[str, list[float]], mib: float) -> dict[str, Any]:
