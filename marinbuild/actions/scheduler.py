@@ -193,8 +193,7 @@ class Scheduler:
         started = time.monotonic()
         self.reporter.build_started(len(self.graph.targets))
         self._hash_sources()
-        if len(self.graph.targets) >= _LIST_ENTRIES_FROM:
-            self.cache.list_entries()
+        self.cache.list_entries(len(self.graph.targets))
         ready = self._ready
         ready.extend(label for label in self.graph.order if self._waiting[label] == 0)
         queued: deque[_Planned] = deque()
@@ -820,10 +819,6 @@ class Scheduler:
 
 # Entries copied from mirrors at once (each a lease and a few requests around GCS's rewrites).
 _PARALLEL_COPIES = 8
-
-# From this many targets on, one listing of the store's entries (a page of a thousand per
-# request on GCS) is cheaper than a request per key.
-_LIST_ENTRIES_FROM = 32
 
 
 class _Tries:

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 ENTRY_FORMAT = 1
 _PARALLEL_LOOKUPS = 32
+# From this many keys to look up on, one listing of a store's entries (a page of a thousand
+# per request on GCS) is cheaper than a request per key.
+LISTING_PAYS_FROM = 32
 
 
 def new_attempt_id() -> str:
@@ -250,10 +253,10 @@ class ActionCache:
         found = {path.rsplit("/", 1)[1].removesuffix(".json") for path in self.store.list(f"ac/{prefix[:2]}")}
         return sorted(key for key in found if key.startswith(prefix))
 
-    def list_entries(self) -> None:
-        """List every entry's signature at once (a page of a thousand per request on GCS),
-        so that looking up thousands of keys costs a few requests, not thousands."""
-        if self.store.lists_signatures and self._listed is None:
+    def list_entries(self, keys: int) -> None:
+        """Before looking up `keys` keys: list every entry's signature at once if that is
+        cheaper, so that looking up thousands of keys costs a few requests, not thousands."""
+        if keys >= LISTING_PAYS_FROM and self.store.lists_signatures and self._listed is None:
             self._listed = self.store.signatures("ac")
 
     def lookup(self, key: str) -> Lookup:

@@ -46,16 +46,13 @@ from marinbuild.errors import StoreError
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
 from marinbuild.store import layout, open_store, store_salt
-from marinbuild.store.action_cache import ActionCache, CacheEntry, Outputs, verify_entry
+from marinbuild.store.action_cache import LISTING_PAYS_FROM, ActionCache, CacheEntry, Outputs, verify_entry
 from marinbuild.store.base import ObjectStat, Store, StoreSpec
 
 if TYPE_CHECKING:
     from marinbuild.store.gcs import GCSStore
 
 REGION_ENV = "MARINBUILD_REGION"
-# From this many keys missing locally on, one listing of a mirror's entries is cheaper
-# than a request per key (the threshold of the local listing, actions/scheduler.py).
-_LIST_FROM = 32
 
 
 def format_bytes(size: float) -> str:
@@ -218,7 +215,7 @@ class Mirrors:
             if not wanted:
                 break
             self._check_salt(mirror)
-            if len(wanted) >= _LIST_FROM or mirror.url in self._listed:
+            if len(wanted) >= LISTING_PAYS_FROM or mirror.url in self._listed:
                 if mirror.url not in self._listed:
                     self._listed[mirror.url] = set(mirror.list("ac"))
                 wanted = [key for key in wanted if layout.entry(key) in self._listed[mirror.url]]
