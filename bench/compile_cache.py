@@ -30,7 +30,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -81,7 +80,11 @@ def train(ws: Path, env: dict[str, str], values: dict) -> dict[str, float]:
 
 def main() -> None:
     options = parse_args()
-    root = options.workdir or Path(tempfile.mkdtemp(prefix="compile-cache-"))
+    with benchlib.work_dir(options.workdir) as root:  # removed afterwards unless --workdir
+        run_benchmark(options, root)
+
+
+def run_benchmark(options: argparse.Namespace, root: Path) -> None:
     ws = tutorial_workspace(root)
     default_env = {name: value for name, value in os.environ.items() if name != CACHE_ENV}
     no_cache_env = {**default_env, CACHE_ENV: ""}  # empty: JAX keeps no cache
@@ -136,8 +139,6 @@ def main() -> None:
         print(f"| {variant} | {' | '.join(cells)} |")
     if options.json_out:
         options.json_out.write_text(json.dumps(result, indent=2) + "\n")
-    if not options.workdir:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

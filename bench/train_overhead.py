@@ -22,7 +22,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -150,7 +149,11 @@ def timed(run) -> float:
 
 def main() -> None:
     options = parse_args()
-    root = options.workdir or Path(tempfile.mkdtemp(prefix="train-overhead-"))
+    with benchlib.work_dir(options.workdir) as root:  # removed afterwards unless --workdir
+        run_benchmark(options, root)
+
+
+def run_benchmark(options: argparse.Namespace, root: Path) -> None:
     ws = tutorial_workspace(root)
     benchlib.log("building the data (untimed)")
     tokens = Path(marinbuild(ws, "//exp:tokens")["targets"][-1]["output"])
@@ -204,8 +207,6 @@ def main() -> None:
     print(f"\nmarinbuild / direct: {result['ratio']:.3f} (wall time), {result['tokens_per_s_ratio']:.3f} (tokens/s)")
     if options.json_out:
         options.json_out.write_text(json.dumps(result, indent=2) + "\n")
-    if not options.workdir:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
