@@ -436,7 +436,7 @@ class Session:
         changes = []
         if result.key is not None and result.key != key:
             before = recorded.recipe if isinstance(recorded, stores.CacheEntry) else {}
-            changes = recipe_changes(before, scheduler.recipes[label], graph.targets[label])
+            changes = recipe_changes(before, scheduler.recipe(label) or {}, graph.targets[label])
         outputs = self.cache.lookup(result.key).outputs if result.key == key else None
         identical = None
         if isinstance(recorded, stores.CacheEntry) and outputs is not None:
@@ -492,7 +492,7 @@ class Session:
             raise GraphError(f"'{label}' names {len(graph.requested)} targets; 'explain' takes one label")
         scheduler = self._dry_scheduler(graph, strict_code)
         explanation = explain_target(
-            self.cache, scheduler.graph, scheduler.result, scheduler.recipes, graph.requested[0]
+            self.cache, scheduler.graph, scheduler.result, scheduler.recipe, graph.requested[0]
         )
         if explanation.status == "would-run" and explanation.key is not None:
             point = resume_point(self.store, graph.targets[explanation.label].rule, explanation.key)

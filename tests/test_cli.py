@@ -25,7 +25,7 @@ from conftest import (
 )
 
 import marinbuild
-from marinbuild.actions.results import NullReporter
+from marinbuild.actions.results import BuildResult, NullReporter, Status, TargetResult
 from marinbuild.actions.scheduler import BuildOptions
 from marinbuild.cli.main import cli
 from marinbuild.session import Session
@@ -67,6 +67,22 @@ def test_json_output_shape(make_workspace):
         assert isinstance(item["duration_s"], (int, float)) and item["duration_s"] >= 0
     assert data["counts"] == {"built": 4, "cached": 0, "failed": 0, "skipped": 0}
     assert "4 built" in err
+
+
+def test_json_output_has_one_line_per_target_whatever_the_reasons_say():
+    tricky = 'exit 1: printed }, {"label": "//x:y"} and\na newline'
+    result = BuildResult(
+        [FIRST, SECOND],
+        {
+            FIRST: TargetResult(FIRST, Status.FAILED, "k1", reason=tricky),
+            SECOND: TargetResult(SECOND, Status.SKIPPED, reason=f"dependency {FIRST} failed"),
+        },
+    )
+    text = result.to_json_text()
+    assert json.loads(text) == result.to_json()
+    lines = text.splitlines()
+    assert [line.strip().startswith('{"label": ') for line in lines[2:4]] == [True, True]
+    assert len(lines) == 7
 
 
 def test_plain_build_prints_outputs_and_default_command_is_build(make_workspace):

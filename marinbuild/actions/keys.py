@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.hashing import digest_file, digest_json
+from marinbuild.hashing import canonical_json, digest_bytes, digest_file, digest_json
+from marinbuild.targets.identity import fill
 from marinbuild.targets.rule import Rule, Target
 
 KEY_FORMAT = 1
@@ -41,15 +42,44 @@ def recipe(
     """`external` is the digest of the rule's external inputs, for rules that declare them;
     `code` the digest of the rule's source, for builds that make code part of identity
     (`--strict-code`); by default a rule's explicit version stands for its code."""
+    attrs = target.map_labels(token, identity_only=True)
+    return _recipe(target.rule.name, target.rule.version, attrs, salt, external, code)
+
+
+def _recipe(rule: str, version: int, attrs: Any, salt: str, external: str | None, code: str | None) -> dict[str, Any]:
     return {
         "format": KEY_FORMAT,
-        "rule": target.rule.name,
-        "version": target.rule.version,
-        "attrs": target.map_labels(token, identity_only=True),
+        "rule": rule,
+        "version": version,
+        "attrs": attrs,
         "salt": salt,
         **({"external": external} if external is not None else {}),
         **({"code": code} if code is not None else {}),
     }
+
+
+def target_key(
+    target: Target, token: Callable[[str], str], salt: str, external: str | None = None, code: str | None = None
+) -> str:
+    """`action_key(recipe(...))` of the same arguments: the same key, made from the target's
+    identity template (targets/identity.py) where it has one, so that a no-op build, which
+    computes every key and needs no recipe, serialises none."""
+    around = _around_attrs(target.rule.name, target.rule.version, salt, external, code)
+    if target.identity is None or around is None:
+        return action_key(recipe(target, token, salt, external, code))
+    head, tail = around
+    return digest_bytes(f"{head}{fill(target.identity, token)}{tail}".encode())
+
+
+_ATTRS = "\x00attrs\x00"
+
+
+@functools.lru_cache(maxsize=1024)
+def _around_attrs(rule: str, version: int, salt: str, external: str | None, code: str | None) -> tuple[str, str] | None:
+    """The canonical JSON of a recipe before and after its attributes (None if a value
+    holds the marker of where they go: then there is no telling)."""
+    pieces = canonical_json(_recipe(rule, version, _ATTRS, salt, external, code)).split(canonical_json(_ATTRS))
+    return (pieces[0], pieces[1]) if len(pieces) == 2 else None
 
 
 # The "rule" of a kept state's entry: it is made by the step that keeps it, not by a rule.

@@ -77,9 +77,13 @@ class BuildResult:
     def to_json_text(self) -> str:
         """`to_json()` as text a person can read and a program can parse: one line per
         target (a no-op build of 10,000 targets prints them in a few milliseconds, where
-        an indented dump takes a fifth of a second)."""
-        targets = ",\n    ".join(json.dumps(result.to_json()) for result in self.results.values())
-        return f'{{\n  "targets": [\n    {targets}\n  ],\n  "counts": {json.dumps(self.counts)}\n}}'
+        an indented dump takes a fifth of a second). One `json.dumps` of the whole list,
+        which costs half of one per target, then a line break before each target: a
+        target's object begins `{"label": `, and `}, {"label": ` appears nowhere else (a
+        quote inside a string is escaped)."""
+        targets = json.dumps([result.to_json() for result in self.results.values()])[1:-1]
+        lines = targets.replace('}, {"label": ', '},\n    {"label": ')
+        return f'{{\n  "targets": [\n    {lines}\n  ],\n  "counts": {json.dumps(self.counts)}\n}}'
 
 
 _ALWAYS_COUNTED = (Status.BUILT, Status.CACHED, Status.FAILED, Status.SKIPPED)

@@ -176,7 +176,6 @@ class Scheduler:
         self._wake_lock = threading.Lock()
         self._ready: deque[str] = deque()  # targets whose inputs are all known
         self._requested = set(graph.requested)
-        self.recipes: dict[str, dict[str, Any]] = {}  # of every target whose key is known
         self._interrupted = False  # set on Ctrl-C: running steps are stopped and record `cancelled`
         # Set when the store refuses writes: cached targets are served, a step to run is an error.
         self.read_only: StoreReadOnly | None = None
@@ -265,25 +264,28 @@ class Scheduler:
         ready = list(self._ready)
         self._ready.clear()  # a pinned target resolved here makes its dependents ready: next round
         labels = [label for label in ready if not self._resolved_pinned(label)]
-        recipes = [
-            keys.recipe(
-                self.graph.targets[label],
-                self._tokens.__getitem__,
-                self.salt,
-                self._external(label),
-                keys.code_digest(self.graph.targets[label].rule) if self.options.strict_code else None,
-            )
-            for label in labels
-        ]
-        self.recipes.update(zip(labels, recipes))
-        action_keys = [keys.action_key(recipe) for recipe in recipes]
+        action_keys = [keys.target_key(*self._key_ingredients(label)) for label in labels]
         lookups = self.cache.lookup_many(action_keys)
         in_mirrors = self._find_in_mirrors(action_keys, lookups)
         planned = (
-            self._plan(label, recipe, key, lookup, in_mirrors.get(key))
-            for label, recipe, key, lookup in zip(labels, recipes, action_keys, lookups)
+            self._plan(label, key, lookup, in_mirrors.get(key))
+            for label, key, lookup in zip(labels, action_keys, lookups)
         )
         return [item for item in planned if item is not None]
+
+    def _key_ingredients(self, label: str) -> tuple[Target, Callable[[str], str], str, str | None, str | None]:
+        """What a target's key and recipe are made of, once its inputs are known."""
+        target = self.graph.targets[label]
+        code = keys.code_digest(target.rule) if self.options.strict_code else None
+        return target, self._tokens.__getitem__, self.salt, self._external(label), code
+
+    def recipe(self, label: str) -> dict[str, Any] | None:
+        """The recipe of a target whose key this build knows (None for the others). Made
+        again when asked: a build needs recipes only for the steps it runs, and `explain`."""
+        return self._recipe(label) if label in self._keys else None
+
+    def _recipe(self, label: str) -> dict[str, Any]:
+        return keys.recipe(*self._key_ingredients(label))
 
     def _find_in_mirrors(self, action_keys: list[str], lookups: list[Lookup]) -> dict[str, MirrorHit]:
         """The keys the store lacks (no entry at all) that a mirror holds, verified there;
@@ -301,9 +303,7 @@ class Scheduler:
             self.reporter.warning(f"{problem}; not copied: it is built here")
         return hits
 
-    def _plan(
-        self, label: str, recipe: dict[str, Any], key: str, lookup: Lookup, mirrored: MirrorHit | None = None
-    ) -> _Planned | None:
+    def _plan(self, label: str, key: str, lookup: Lookup, mirrored: MirrorHit | None = None) -> _Planned | None:
         """Resolve a hit at once (one in a mirror is copied before any step that follows
         runs); return a miss to be run (or shown, when dry)."""
         target = self.graph.targets[label]
@@ -330,6 +330,7 @@ class Scheduler:
             if kept is not None:
                 self._resolve(name, kept)
         explain = self.hooks.explain_miss if self.options.explain else None
+        recipe = self._recipe(label)
         reason = lookup.problem or (explain(target, recipe) if explain else "no cached output for its key")
         if self.read_only is not None and not self.options.dry_run:
             raise StoreReadOnly(
@@ -758,7 +759,7 @@ class Scheduler:
         kept (`rerun --check` compares it with what is published, then removes it)."""
         target, key = self.graph.targets[label], self.result.results[label].key
         assert key is not None
-        planned = _Planned(target, key, self.recipes[label])
+        planned = _Planned(target, key, self._recipe(label))
         with self.cache.lease(key) as lease:
             info = {**self._attempt_info(planned, 1), "aside": "rerun --check"}
             attempt = self.cache.start_attempt(key, label, info, aside=True)

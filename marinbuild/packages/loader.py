@@ -171,9 +171,10 @@ class PackageLoader:
         if record is None:
             return None
         package = Package(name, root / BUILD_FILE, reads=tuple(record.files))
-        for target_name, rule_name, attrs, file, line, deps in record.targets:
+        for target_name, rule_name, attrs, file, line, deps, identity in record.targets:
             rule = self.rules[rule_name]
-            package.targets[target_name] = Target(Label(name, target_name), rule, attrs, Location(file, line), deps)
+            label = Label(name, target_name)
+            package.targets[target_name] = Target(label, rule, attrs, Location(file, line), deps, identity)
         return package
 
     def _record(self, package: Package, reads: set[str]) -> None:
@@ -190,6 +191,7 @@ class PackageLoader:
                     target.location.file,
                     target.location.line,
                     target.deps,
+                    target.identity,
                 )
                 for target in package.targets.values()
             ],

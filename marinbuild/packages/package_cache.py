@@ -15,6 +15,7 @@ from pathlib import Path
 
 from marinbuild.hashing import StatCache, digest_json
 from marinbuild.memo import Memo
+from marinbuild.targets.identity import IdentityTemplate
 from marinbuild.targets.rule import Rule
 from marinbuild.version import __version__
 
@@ -32,12 +33,15 @@ class PackageRecord:
 
     files: dict[str, str] = field(default_factory=dict)  # workspace-relative path -> digest
     globs: list[GlobCall] = field(default_factory=list)
-    # name, rule, attrs, file, line, and the labels the attributes mention
-    targets: list[tuple[str, str, dict, str, int, tuple[str, ...]]] = field(default_factory=list)
+    # name, rule, attrs, file, line, the labels the attributes mention, and the template of
+    # the identity attributes (targets/identity.py)
+    targets: list[tuple[str, str, dict, str, int, tuple[str, ...], IdentityTemplate | None]] = field(
+        default_factory=list
+    )
 
 
 # Bumped whenever PackageRecord changes shape: an older pickle is then ignored, not misread.
-_RECORD_FORMAT = 2
+_RECORD_FORMAT = 3
 
 
 def rules_fingerprint(rules: dict[str, Rule]) -> str:

@@ -11,7 +11,7 @@ named the way a user thinks of it: `optimizer.learning_rate: 0.0003 → 0.001`,
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,13 +209,17 @@ def explain_miss(cache: ActionCache, target: Target, recipe: dict[str, Any]) -> 
 
 
 def explain_target(
-    cache: ActionCache, graph: Graph, planned: BuildResult, recipes: Mapping[str, dict[str, Any]], label: str
+    cache: ActionCache,
+    graph: Graph,
+    planned: BuildResult,
+    recipe_of: Callable[[str], dict[str, Any] | None],
+    label: str,
 ) -> Explanation:
     """Explain `label` from a dry run over a graph holding it: its results (`planned`) and
-    the recipe of every target whose key it could compute (`recipes`)."""
+    the recipe of each target whose key it could compute (`recipe_of`: None for the others)."""
     result = planned.results[label]
     target = graph.targets[label]
-    recipe = recipes.get(label)
+    recipe = recipe_of(label)
     listed = tuple(ingredients(recipe, target)) if recipe is not None else ()
     if result.status is Status.CACHED:
         entry = cache.read_entry(result.key) if result.key else None
@@ -244,7 +248,7 @@ def explain_target(
             changes = [*changes, f"also: rule code changed since {short(entry.key)} was built"]
         return Explanation(label, "would-run", result.key, summary, tuple(changes), entry.key, code_changed, listed)
     upstream = [
-        explain_target(cache, graph, planned, recipes, dependency)
+        explain_target(cache, graph, planned, recipe_of, dependency)
         for dependency in _ancestors(graph.deps, label)
         if planned.results.get(dependency) is not None and planned.results[dependency].status is Status.WOULD_RUN
     ]

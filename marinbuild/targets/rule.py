@@ -18,6 +18,7 @@ from marinbuild.errors import Location
 from marinbuild.labels import Label
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
+from marinbuild.targets.identity import IdentityTemplate, identity_template
 from marinbuild.targets.tpu import TpuSlice, is_tpu_type, tpu_slice
 
 if TYPE_CHECKING:
@@ -256,6 +257,9 @@ class Target:
     # when the target is declared, and kept with it in the package cache (a no-op build of
     # 10,000 targets would otherwise walk every attribute of every target again).
     deps: tuple[str, ...] = field(default=None, compare=False)  # type: ignore[assignment]
+    # The identity attributes as canonical JSON with a hole per label (targets/identity.py),
+    # made with `deps` and kept beside them: None where no template can be exact.
+    identity: IdentityTemplate | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.deps is None:
@@ -264,6 +268,8 @@ class Target:
                 for label in attr.type.labels(self.attrs[name]):
                     seen.setdefault(label)
             object.__setattr__(self, "deps", tuple(seen))
+            template = identity_template(lambda fn: self.map_labels(fn, identity_only=True))
+            object.__setattr__(self, "identity", template)
 
     @property
     def tags(self) -> list[str]:
