@@ -116,11 +116,14 @@ class LatencyProxy:
 
         async def shut() -> None:
             self.server.close()
-            for writer in self._writers:  # their reads see the end: each connection's task returns
+            for writer in self._writers:
                 writer.close()
+            # A connection whose peer keeps it open still waits to read: end it here rather
+            # than leave its task pending when the loop stops.
             tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-            if tasks:
-                await asyncio.wait(tasks, timeout=5)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shut(), self.loop).result(timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)

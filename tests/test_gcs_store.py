@@ -19,7 +19,7 @@ import pytest
 from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses
 
 from marinbuild import provenance
-from marinbuild.errors import StoreError
+from marinbuild.errors import OutputDamaged, StoreError
 from marinbuild.store import AttemptStatus, layout, open_store, reporting_transfers
 from marinbuild.store.gcs import GCSStore
 from marinbuild.store.lease_object import LeaseSettings, held_lease
@@ -352,6 +352,38 @@ def test_damaged_stored_output_is_never_served_and_is_rebuilt(make_workspace, gc
     assert statuses(again) == {"//pkg:a": "built", "//pkg:c": "cached", "//pkg:d": "built"}
     assert fs.cat_file(target) == b"alpha\n"
     assert not bucket_problems(fs, f"{gcs_bucket}/dmg")
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_large_download_is_hashed_as_it_lands(gcs_bucket, fake_gcs_server, tmp_path, damaged):
+    """Files of several batches (the digest catches up every few MiB while the download
+    runs, and finishes when it ends) get the digest of their bytes; a byte changed in the
+    middle of one, where only a catch-up reads it, is never taken into the local cache."""
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    rng = random.Random(7)
+    for name, size in [("big.bin", 21 * 2**20 + 12345), ("small.bin", 1000)]:
+        (staged / name).write_bytes(rng.randbytes(size))
+    manifest = hash_tree(staged)
+    store = gcs_store(gcs_bucket, tmp_path)
+    store.put_dir(staged, "out/big", manifest)
+    downloaded = store.get_files(
+        {"out/big/big.bin": tmp_path / "big.bin", "out/big/small.bin": tmp_path / "small.bin"}, hashed=True
+    )
+    assert downloaded == {tmp_path / item.path: item.digest for item in manifest.files}
+    if damaged:
+        data = bytearray((staged / "big.bin").read_bytes())
+        data[11 * 2**20] ^= 0x01
+        fake_gcs_server.fs().pipe_file(f"{gcs_bucket}/mb/out/big/big.bin", bytes(data))
+    cache = LocalCache(tmp_path / "cache")
+    if damaged:
+        with pytest.raises(OutputDamaged, match="big.bin does not match its manifest"):
+            cache.materialise(store, "out/big", manifest)
+        big = next(item.digest for item in manifest.files if item.path == "big.bin")
+        assert not list((tmp_path / "cache").rglob(f"{big}*"))  # neither a blob nor a download left
+    else:
+        tree = cache.materialise(store, "out/big", manifest)
+        assert (tree / "big.bin").read_bytes() == (staged / "big.bin").read_bytes()
 
 
 def test_cache_verify_finds_damage_that_no_build_has_read(make_workspace, gcs_bucket, fake_gcs_server):

@@ -36,6 +36,10 @@ def reporting_transfers(progress: TransferProgressFn) -> Iterator[None]:
         _transfer_progress.reset(token)
 
 
+# Bytes a download writes between two catch-ups of its digest.
+_CATCH_UP_BYTES = 8 << 20
+_READ_BYTES = 256 << 10
+
 # One thread hashes what downloads write, so that fsspec's event loop, which calls
 # `TailDigest.advance` back, goes on receiving bytes meanwhile.
 _hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marinbuild-hash")
@@ -53,14 +57,23 @@ class TailDigest:
         self.handle: Any = None
         self.offset = 0
         self._pending: Future[None] | None = None  # a catch-up queued and not yet started
+        self._queued_at = 0  # bytes written when the last catch-up was queued
+        # Read into one buffer, small enough to stay in the CPU's cache while it is hashed:
+        # a new megabyte per read cost more (allocation, page faults) than hashing it.
+        self._buffer = memoryview(bytearray(_READ_BYTES))
         self._lock = threading.Lock()  # guards _pending
         self._reading = threading.Lock()  # one reader of the file at a time
         self._finished = False
 
-    def advance(self) -> None:
-        """Queue a catch-up with what the file holds now (one at a time: a catch-up reads
-        to the end, so a second queued behind it would find nothing new)."""
+    def advance(self, written: int) -> None:
+        """The download has written `written` bytes so far: queue a catch-up once a batch
+        has come in since the last (one at a time: a catch-up reads to the end, so a second
+        queued behind it would find nothing new). Chunks arrive 128 KiB at a time, and a
+        catch-up for each cost more than the hashing itself."""
+        if written < self._queued_at + _CATCH_UP_BYTES and written >= self._queued_at:
+            return
         with self._lock:
+            self._queued_at = written
             if self._pending is None:
                 self._pending = _hashing.submit(self._catch_up)
 
@@ -80,9 +93,10 @@ class TailDigest:
         if os.fstat(self.handle.fileno()).st_size < self.offset:
             self.hasher, self.offset = blake3.blake3(), 0
             self.handle.seek(0)
-        while chunk := self.handle.read(1 << 20):  # what has reached the file so far
-            self.hasher.update(chunk)
-            self.offset += len(chunk)
+        buffer = self._buffer
+        while size := self.handle.readinto(buffer):  # what has reached the file so far
+            self.hasher.update(buffer[:size])
+            self.offset += size
 
     def finish(self) -> str:
         """The digest, once the download has written the whole file (read here, in the
@@ -112,7 +126,7 @@ def transfer_callback(verb: str, total_bytes: int, digests: dict[str, TailDigest
 
         def call(self, *args: Any, **kwargs: Any) -> None:
             if self.tail is not None:
-                self.tail.advance()
+                self.tail.advance(self.value)
             self.batch.show()
 
     class _Batch(Callback):
