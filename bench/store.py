@@ -61,7 +61,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--size-mib", type=int, default=1024, help="default: %(default)s")
     parser.add_argument("--small-files", type=int, default=10_000, help="default: %(default)s")
     parser.add_argument("--small-kib", type=int, default=10, help="default: %(default)s")
-    parser.add_argument("--repeat", type=int, default=3, help="default: %(default)s")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=4,
+        help="rounds of each measurement; transfers alternate who goes first, so an even number "
+        "weighs both orders alike (default: %(default)s)",
+    )
     parser.add_argument("--json-out", type=Path)
     return parser.parse_args(argv)
 
@@ -75,6 +81,7 @@ class LatencyProxy:
         parts = urlsplit(upstream)
         self.host, self.port, self.delay_s = parts.hostname, parts.port, delay_s
         self._writers: set[asyncio.StreamWriter] = set()
+        self._pumps: set[asyncio.Future[None]] = set()  # each connection's two copying tasks
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
         threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
@@ -109,7 +116,9 @@ class LatencyProxy:
                 await client_writer.drain()
             client_writer.close()
 
-        await asyncio.gather(requests(), answers(), return_exceptions=True)
+        pumps = [asyncio.ensure_future(requests()), asyncio.ensure_future(answers())]
+        self._pumps.update(pumps)
+        await asyncio.gather(*pumps, return_exceptions=True)  # ends when they end or are cancelled
 
     def close(self) -> None:
         """Stop serving and end the connections still open (the clients' kept-alive ones)."""
@@ -118,11 +127,11 @@ class LatencyProxy:
             self.server.close()
             for writer in self._writers:
                 writer.close()
-            # A connection whose peer keeps it open still waits to read: end it here rather
-            # than leave its task pending when the loop stops.
+            # A connection whose peer keeps it open still waits to read: stop its copying
+            # (its task then returns) rather than leave it pending when the loop stops.
+            for pump in self._pumps:
+                pump.cancel()
             tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shut(), self.loop).result(timeout=10)
@@ -244,7 +253,11 @@ def _transfers(
     get: Callable[[Any, str, Path], Any],
 ) -> dict[str, list[float]]:
     """Times of `repeat` rounds: marinbuild's upload of `staged` and download through its
-    local cache, and gcsfs's own `put(fs, remote)` and `get(fs, remote, local)` of the same."""
+    local cache, and gcsfs's own `put(fs, remote)` and `get(fs, remote, local)` of the same.
+
+    Both download the objects marinbuild uploaded, and who goes first alternates from
+    round to round: the second of two transfers runs while the machine still writes
+    back what the first one wrote, and is slower for it."""
     import gcsfs
 
     manifest = hash_tree(staged)
@@ -253,11 +266,20 @@ def _transfers(
     times: dict[str, list[float]] = {"upload": [], "upload_gcsfs": [], "download": [], "download_gcsfs": []}
     for attempt in range(repeat):
         remote, local = f"{bucket}/{staged.name}-direct/{attempt}", root / f"direct{attempt}"
+        stored = f"{bucket}/{staged.name}/out/{attempt}"
         cache = LocalCache(root / f"cache{attempt}")
-        times["upload"].append(timed(lambda: store.put_dir(staged, f"out/{attempt}", manifest)))
-        times["upload_gcsfs"].append(timed(lambda: put(fs, remote)))
-        times["download"].append(timed(lambda: cache.materialise(store, f"out/{attempt}", manifest)))
-        times["download_gcsfs"].append(timed(lambda: get(fs, remote, local)))
+        uploads = {
+            "upload": lambda: store.put_dir(staged, f"out/{attempt}", manifest),
+            "upload_gcsfs": lambda: put(fs, remote),
+        }
+        downloads = {
+            "download": lambda: cache.materialise(store, f"out/{attempt}", manifest),
+            "download_gcsfs": lambda: get(fs, stored, local),
+        }
+        for steps in (uploads, downloads):
+            order = list(steps) if attempt % 2 == 0 else list(reversed(steps))
+            for name in order:
+                times[name].append(timed(steps[name]))
         if local.is_dir():
             shutil.rmtree(local)
         else:

@@ -34,6 +34,8 @@ def _run(script: str, tmp_path: Path, *args: str, timeout: float = 300) -> dict:
         timeout=timeout,
     )
     assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    # What a benchmark prints is its report: no exception logged on the way, even one it survived.
+    assert "Traceback" not in done.stderr and "Task was destroyed" not in done.stderr, done.stderr[-3000:]
     return json.loads(out.read_text())
 
 
