@@ -219,6 +219,7 @@ def large_output(root: Path, bucket: str, args: argparse.Namespace) -> dict[str,
     times = _transfers(
         root,
         bucket,
+        args.server_pid,
         "large output",
         staged,
         args.repeat,
@@ -238,6 +239,7 @@ def small_files(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, 
     times = _transfers(
         root,
         bucket,
+        args.server_pid,
         "small files",
         staged,
         args.repeat,
@@ -250,6 +252,7 @@ def small_files(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, 
 def _transfers(
     root: Path,
     bucket: str,
+    server_pid: int,
     name: str,
     staged: Path,
     repeat: int,
@@ -264,7 +267,8 @@ def _transfers(
     back what the first one wrote, and is slower for it. Then `repeat` rounds of the
     downloads alone, back to back (`*_again`): no upload's write-back in the way, the two
     compete for the CPU only — where a small machine running the emulator too shows what
-    hashing costs."""
+    hashing costs. Each step's CPU time is recorded too, this process's (`*_cpu`) and the
+    server's (`*_server_cpu`)."""
     import gcsfs
 
     manifest = hash_tree(staged)
@@ -284,7 +288,7 @@ def _transfers(
             "download_gcsfs": lambda: get(fs, stored, local),
         }
         for steps in (uploads, downloads):
-            _take_turns(steps, attempt, times)
+            _take_turns(steps, attempt, times, server_pid)
         _remove(local)
         _remove(root / f"cache{attempt}")
         benchlib.log(f"{name}, round {attempt + 1}/{repeat} done")
@@ -294,17 +298,29 @@ def _transfers(
         "download_gcsfs_again": lambda: get(fs, stored, local),
     }
     for attempt in range(repeat):
-        _take_turns(again, attempt, times)
+        _take_turns(again, attempt, times, server_pid)
         _remove(local)
         _remove(root / "cache-again")
     benchlib.log(f"{name}, downloads back to back done")
     return times
 
 
-def _take_turns(steps: dict[str, Callable[[], Any]], attempt: int, times: dict[str, list[float]]) -> None:
-    """Time each step, in the given order in even rounds and the other way in odd ones."""
+def _take_turns(
+    steps: dict[str, Callable[[], Any]], attempt: int, times: dict[str, list[float]], server_pid: int
+) -> None:
+    """Time each step (wall, and the CPU of this process and of the server), in the given
+    order in even rounds and the other way in odd ones."""
     for kind in list(steps) if attempt % 2 == 0 else list(reversed(steps)):
+        cpu, server_cpu = time.process_time(), _cpu_seconds(server_pid)
         times.setdefault(kind, []).append(timed(steps[kind]))
+        times.setdefault(f"{kind}_cpu", []).append(time.process_time() - cpu)
+        times.setdefault(f"{kind}_server_cpu", []).append(_cpu_seconds(server_pid) - server_cpu)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _remove(path: Path) -> None:
@@ -330,6 +346,7 @@ def _ratios(times: dict[str, list[float]], mib: float) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     server = start_server()
+    args.server_pid = server._process.pid  # whose CPU time each transfer also records
     try:
         import gcsfs
 
@@ -358,6 +375,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{name} ({figures['mib']:.0f} MiB): upload {figures['upload_ratio']:.2f} x gcsfs, "
             f"download {figures['download_ratio']:.2f} x gcsfs, back to back "
             f"{figures['download_again_ratio']:.2f} x gcsfs (throughput; 1 = as fast)"
+        )
+        seconds = figures["seconds"]
+        cpu = {
+            kind: f"{seconds[kind + '_cpu']:.2f} / {seconds[kind + '_server_cpu']:.2f}"
+            for kind in ("download_again", "download_gcsfs_again")
+        }
+        print(
+            f"  CPU seconds back to back (this process / the server): marinbuild {cpu['download_again']}, "
+            f"gcsfs {cpu['download_gcsfs_again']}"
         )
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=2))

@@ -85,6 +85,9 @@ def test_the_store_benchmark_measures_against_fake_gcs(tmp_path) -> None:
     for name in ("large_output", "small_files"):
         for ratio in ("upload_ratio", "download_ratio", "download_again_ratio"):
             assert _positive(data[name][ratio]), data[name]
+        # What each download cost the CPU, here and in the server (counted in 10 ms ticks).
+        seconds = data[name]["seconds"]
+        assert _positive(seconds["download_again_cpu"]) and seconds["download_again_server_cpu"] >= 0, seconds
 
 
 def test_the_training_benchmark_runs_both_ways(tmp_path) -> None:
