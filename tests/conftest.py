@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -111,6 +112,31 @@ def cli_command(ws: Path, *args: str, store: str | None = None) -> list[str]:
     if store is not None:
         command += ["--store", store]
     return command + list(args)
+
+
+def start_cli(ws: Path, *args: str, own_group: bool = False) -> subprocess.Popen:
+    """`cli_command(ws, *args)` left running, to be signalled as a user would (its stderr
+    piped, its stdout dropped); `own_group`: in a process group of its own, which a
+    terminal's Ctrl-C reaches whole.
+
+    SIGINT gets its default disposition back in the child. A shell without job control
+    makes the commands it starts in the background (`bash .ci/run &`) ignore SIGINT, their
+    children inherit that, and Python then never raises KeyboardInterrupt: a test of an
+    interrupt would wait for a build that cannot be interrupted."""
+    return subprocess.Popen(
+        cli_command(ws, *args),
+        cwd=ws,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        start_new_session=own_group,
+        preexec_fn=_default_sigint,
+    )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_cli(

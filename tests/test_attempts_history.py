@@ -8,12 +8,10 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
-from conftest import CLI_TIMEOUT_S, attempt_records, build_json, cli_env, run_cli, statuses
+from conftest import CLI_TIMEOUT_S, attempt_records, build_json, run_cli, start_cli, statuses
 
 from marinbuild import provenance
 from marinbuild.session import Session
@@ -85,23 +83,11 @@ def test_attempts_of_a_label_span_its_keys_and_outlive_its_build_file(make_works
     assert item.outcomes[0][1] == attempts[1]
 
 
-def _start_build(ws, *patterns: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", *patterns],
-        cwd=ws,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(),
-        start_new_session=True,  # its own process group, signalled as a terminal's Ctrl-C would
-    )
-
-
 def test_a_running_step_shows_its_log_and_an_interrupted_one_is_cancelled(make_workspace):
     ws = make_workspace(
         {"pkg/BUILD.marin": 'genrule(name = "slow", outs = ["o.txt"], cmd = "echo halfway; sleep 60; echo > $@")\n'}
     )
-    builder = _start_build(ws, "//pkg:slow")
+    builder = start_cli(ws, "build", "//pkg:slow", own_group=True)
     try:
         deadline = time.monotonic() + CLI_TIMEOUT_S
         while True:
@@ -137,7 +123,7 @@ def test_the_attempt_of_a_killed_builder_reads_as_abandoned(make_workspace, tmp_
     hang.touch()
     cmd = f"echo halfway; while [ -e {hang} ]; do sleep 0.1; done; echo done > $@"
     ws = make_workspace({"pkg/BUILD.marin": f'genrule(name = "slow", outs = ["o.txt"], cmd = {cmd!r})\n'})
-    builder = _start_build(ws, "//pkg:slow")
+    builder = start_cli(ws, "build", "//pkg:slow", own_group=True)
     try:
         deadline = time.monotonic() + CLI_TIMEOUT_S
         while not [

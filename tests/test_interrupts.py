@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from conftest import CLI_TIMEOUT_S, attempt_records, cli_env, run_cli
+from conftest import CLI_TIMEOUT_S, attempt_records, run_cli, start_cli
 
 from marinbuild.store import LocalStore, layout
 
@@ -32,17 +30,6 @@ ENDLESS = {
 }
 
 
-def _start(ws: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), *args],
-        cwd=ws,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(),
-    )
-
-
 def test_an_endless_build_file_stops_at_the_load_limit(make_workspace):
     ws = make_workspace(ENDLESS, config="load_timeout_s = 1\n")
     started = time.monotonic()
@@ -56,7 +43,7 @@ def test_an_endless_build_file_stops_at_the_load_limit(make_workspace):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_loading_stops_at_once_on_a_signal(make_workspace, signum):
     ws = make_workspace(ENDLESS)
-    builder = _start(ws, "build", "//pkg:x")
+    builder = start_cli(ws, "build", "//pkg:x")
     time.sleep(2.0)  # well into the loop (Python starts and imports in under a second)
     builder.send_signal(signum)
     started = time.monotonic()
@@ -73,7 +60,7 @@ def test_a_signal_to_the_builder_alone_stops_its_steps_and_releases_their_leases
     marker = f"{37 + signum}.25"  # a sleep no other test runs, to find leftovers
     cmd = f"echo started; sleep {marker}; echo > $@"
     ws = make_workspace({"pkg/BUILD.marin": f'genrule(name = "slow", outs = ["o.txt"], cmd = "{cmd}")'})
-    builder = _start(ws, "build", "//pkg:slow")
+    builder = start_cli(ws, "build", "//pkg:slow")
     deadline = time.monotonic() + CLI_TIMEOUT_S
     while subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True).returncode != 0:
         assert time.monotonic() < deadline and builder.poll() is None, "the step never started"
