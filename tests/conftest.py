@@ -114,9 +114,9 @@ def cli_command(ws: Path, *args: str, store: str | None = None) -> list[str]:
     return command + list(args)
 
 
-def start_cli(ws: Path, *args: str, own_group: bool = False) -> subprocess.Popen:
-    """`cli_command(ws, *args)` left running, to be signalled as a user would (its stderr
-    piped, its stdout dropped); `own_group`: in a process group of its own, which a
+def start_cli(ws: Path, *args: str, store: str | None = None, own_group: bool = False) -> subprocess.Popen:
+    """`cli_command(ws, *args, store=store)` left running (its output piped), to be waited
+    for or signalled as a user would; `own_group`: in a process group of its own, which a
     terminal's Ctrl-C reaches whole.
 
     SIGINT gets its default disposition back in the child. A shell without job control
@@ -124,9 +124,9 @@ def start_cli(ws: Path, *args: str, own_group: bool = False) -> subprocess.Popen
     children inherit that, and Python then never raises KeyboardInterrupt: a test of an
     interrupt would wait for a build that cannot be interrupted."""
     return subprocess.Popen(
-        cli_command(ws, *args),
+        cli_command(ws, *args, store=store),
         cwd=ws,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=cli_env(),

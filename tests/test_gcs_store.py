@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import blake3
 import pytest
-from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses
+from conftest import CLI_TIMEOUT_S, build_json, run_cli, start_cli, statuses
 
 from marinbuild import provenance
 from marinbuild.errors import OutputDamaged, StoreError
@@ -189,15 +188,7 @@ CHAIN = (
 
 
 def _builder(ws: Path, store: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "--store", store, "build", *args],
-        cwd=ws,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(),
-        start_new_session=True,
-    )
+    return start_cli(ws, "build", *args, store=store, own_group=True)
 
 
 def test_four_concurrent_builders_run_every_action_once(make_workspace, gcs_bucket, fake_gcs_server):
