@@ -377,6 +377,30 @@ def test_a_large_download_is_hashed_as_it_lands(gcs_bucket, fake_gcs_server, tmp
         assert (tree / "big.bin").read_bytes() == (staged / "big.bin").read_bytes()
 
 
+def test_downloading_many_files_holds_no_buffer_per_file(gcs_bucket, tmp_path):
+    """The files of one download are hashed as they land, each with a digest of its own
+    until all have landed: what each holds meanwhile must stay small (a buffer of its own
+    per file would make 10,000 files gigabytes)."""
+    import tracemalloc
+
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    for index in range(200):
+        (staged / f"f{index:03d}.bin").write_bytes(index.to_bytes(2, "big") * 512)
+    manifest = hash_tree(staged)
+    store = gcs_store(gcs_bucket, tmp_path)
+    store.put_dir(staged, "out/many", manifest)
+    files = {f"out/many/{item.path}": tmp_path / "got" / item.path for item in manifest.files}
+    tracemalloc.start()
+    try:
+        downloaded = store.get_files(files, hashed=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert downloaded == {tmp_path / "got" / item.path: item.digest for item in manifest.files}
+    assert peak < 16 * 2**20, f"{peak / 2**20:.0f} MiB held to download 200 files of 1 KiB"
+
+
 def test_cache_verify_finds_damage_that_no_build_has_read(make_workspace, gcs_bucket, fake_gcs_server):
     ws = make_workspace({"pkg/BUILD.marin": DAMAGEABLE})
     store = f"gs://{gcs_bucket}/verify"

@@ -58,9 +58,6 @@ class TailDigest:
         self.offset = 0
         self._pending: Future[None] | None = None  # a catch-up queued and not yet started
         self._queued_at = 0  # bytes written when the last catch-up was queued
-        # Read into one buffer, small enough to stay in the CPU's cache while it is hashed:
-        # a new megabyte per read cost more (allocation, page faults) than hashing it.
-        self._buffer = memoryview(bytearray(_READ_BYTES))
         self._lock = threading.Lock()  # guards _pending
         self._reading = threading.Lock()  # one reader of the file at a time
         self._finished = False
@@ -70,7 +67,7 @@ class TailDigest:
         has come in since the last (one at a time: a catch-up reads to the end, so a second
         queued behind it would find nothing new). Chunks arrive 128 KiB at a time, and a
         catch-up for each cost more than the hashing itself."""
-        if written < self._queued_at + _CATCH_UP_BYTES and written >= self._queued_at:
+        if self._queued_at <= written < self._queued_at + _CATCH_UP_BYTES:
             return
         with self._lock:
             self._queued_at = written
@@ -90,11 +87,17 @@ class TailDigest:
                 self.handle = open(self.path, "rb")  # noqa: SIM115 - closed by finish
             except FileNotFoundError:
                 return  # not created yet
-        if os.fstat(self.handle.fileno()).st_size < self.offset:
+        written = os.fstat(self.handle.fileno()).st_size
+        if written < self.offset:
             self.hasher, self.offset = blake3.blake3(), 0
             self.handle.seek(0)
-        buffer = self._buffer
-        while size := self.handle.readinto(buffer):  # what has reached the file so far
+        # Read what the file held when this began (what lands meanwhile is the next
+        # catch-up's) into one buffer, small enough to stay in the CPU's cache while it is
+        # hashed (a new megabyte per read cost more, allocation and page faults, than
+        # hashing it), and no larger than what there is: a download of many files holds a
+        # digest per file until the last lands, and none holds a buffer between catch-ups.
+        buffer = memoryview(bytearray(min(_READ_BYTES, written - self.offset)))
+        while self.offset < written and (size := self.handle.readinto(buffer[: written - self.offset])):
             self.hasher.update(buffer[:size])
             self.offset += size
 
