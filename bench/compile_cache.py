@@ -31,22 +31,19 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import benchlib
 from train_overhead import DATA, attrs, model_target, tutorial_workspace
+from train_overhead import parse_args as training_options
 
 VARIANTS = ("no cache", "cold cache", "warm cache")
 CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=120, help="training steps (default: %(default)s, the tutorial's)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each (default: %(default)s)")
-    parser.add_argument("--workdir", type=Path, help="work in this new or empty dir and keep it")
-    parser.add_argument("--json-out", type=Path, help="also write the results here")
-    return parser.parse_args()
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return training_options(argv, __doc__)
 
 
 def marinbuild(ws: Path, env: dict[str, str], *args: str) -> dict:

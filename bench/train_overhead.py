@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import benchlib
@@ -58,13 +59,15 @@ print(json.dumps({"devices": f"{jax.device_count()} x {jax.devices()[0].device_k
 """
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: Sequence[str] | None = None, doc: str = __doc__) -> argparse.Namespace:
+    """The options of this benchmark, and of bench/compile_cache.py (which trains the same
+    run the same number of times), described by `doc`'s first paragraph."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=120, help="training steps (default: %(default)s, the tutorial's)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each (default: %(default)s)")
     parser.add_argument("--workdir", type=Path, help="work in this new or empty dir and keep it")
     parser.add_argument("--json-out", type=Path, help="also write the results here")
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def attrs(steps: int, seed: int) -> dict:

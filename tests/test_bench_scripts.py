@@ -4,20 +4,32 @@ Each runs at a toy size, its peers (DVC, Snakemake) skipped, and writes its JSON
 figures are not judged (speed is measured by running the benchmarks, docs/benchmarks.md),
 only that every one of them was measured. A script that rots with an API it calls
 would otherwise be found only when someone next needs its figures.
+
+Every `python bench/SCRIPT.py ...` line shown in README.md and docs/ is parsed by that
+script's own argument parser: its documented sizes take hours to run, but an option
+renamed or dropped is found here.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import cli_env
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# `python bench/noop.py --repeat 5 ...`, in a block or an inline span (up to its backtick).
+DOC_LINE = re.compile(r"(?:^|[\s`])(?:\S*/)?python3? bench/(\w+)\.py((?: [^`\n]*)?)")
 TOY = ["--targets", "60", "--packages", "12"]
 
 
@@ -103,3 +115,23 @@ def test_the_compilation_cache_benchmark_trains_without_with_a_cold_and_a_warm_c
         assert _positive(data["median_s"][variant]["first_step_s"]), data
         assert _positive(data["ratio_to_no_cache"][variant]["first_step_s"])
     assert data["cache_bytes"] > 0
+
+
+def _documented_runs() -> Iterator[tuple[str, str, str]]:
+    """(where, script, arguments) of every benchmark command line of the docs."""
+    for path in DOCS:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for match in DOC_LINE.finditer(line):
+                yield f"{path.relative_to(ROOT)}:{number}", match.group(1), match.group(2)
+
+
+def test_every_benchmark_command_line_of_the_docs_parses(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    runs = list(_documented_runs())
+    assert {script for _, script, _ in runs} >= {"noop", "store", "query", "compile_cache", "train_overhead"}, runs
+    for where, script, arguments in runs:
+        module = importlib.import_module(script)
+        try:
+            module.parse_args(shlex.split(arguments))
+        except SystemExit:
+            pytest.fail(f"{where}: python bench/{script}.py{arguments}: the script refuses these arguments")
