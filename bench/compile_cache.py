@@ -135,7 +135,7 @@ def run_benchmark(options: argparse.Namespace, root: Path) -> None:
         cells = [f"{medians[variant][name]:.1f} s | {ratios[variant][name]:.3f}" for name in baseline]
         print(f"| {variant} | {' | '.join(cells)} |")
     if options.json_out:
-        options.json_out.write_text(json.dumps(result, indent=2) + "\n")
+        benchlib.write_json(options.json_out, result)
 
 
 if __name__ == "__main__":

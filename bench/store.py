@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import statistics
@@ -386,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"gcsfs {cpu['download_gcsfs_again']}"
         )
     if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=2))
+        benchlib.write_json(args.json_out, report)
 
 
 if __name__ == "__main__":

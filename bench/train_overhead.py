@@ -209,7 +209,7 @@ def run_benchmark(options: argparse.Namespace, root: Path) -> None:
         print(f"| {name} | {medians[name]:.2f} s | {runs} | {rate_medians[name]:,.0f} |")
     print(f"\nmarinbuild / direct: {result['ratio']:.3f} (wall time), {result['tokens_per_s_ratio']:.3f} (tokens/s)")
     if options.json_out:
-        options.json_out.write_text(json.dumps(result, indent=2) + "\n")
+        benchlib.write_json(options.json_out, result)
 
 
 if __name__ == "__main__":
