@@ -262,12 +262,11 @@ def _transfers(
     local cache, and gcsfs's own `put(fs, remote)` and `get(fs, remote, local)` of the same.
 
     Both download the objects marinbuild uploaded, and who goes first alternates from
-    round to round: the second of two transfers runs while the machine still writes
-    back what the first one wrote, and is slower for it. Then `repeat` rounds of the
-    downloads alone, back to back (`*_again`): no upload's write-back in the way, the two
-    compete for the CPU only — where a small machine running the emulator too shows what
-    hashing costs. Each step's CPU time is recorded too, this process's (`*_cpu`) and the
-    server's (`*_server_cpu`)."""
+    round to round. Each step starts after a `sync`, so that none pays for writing back
+    what the step before it wrote. Then `repeat` rounds of the downloads alone, back to
+    back (`*_again`): the two compete for the CPU only, where a small machine running the
+    emulator too shows what hashing costs. Each step's CPU time is recorded too, this
+    process's (`*_cpu`) and the server's (`*_server_cpu`)."""
     import gcsfs
 
     manifest = hash_tree(staged)
@@ -308,8 +307,10 @@ def _take_turns(
     steps: dict[str, Callable[[], Any]], attempt: int, times: dict[str, list[float]], server_pid: int
 ) -> None:
     """Time each step (wall, and the CPU of this process and of the server), in the given
-    order in even rounds and the other way in odd ones."""
+    order in even rounds and the other way in odd ones. Each starts with nothing left to
+    write back (`sync`): else a step pays for the gigabyte the step before it wrote."""
     for kind in list(steps) if attempt % 2 == 0 else list(reversed(steps)):
+        os.sync()
         cpu, server_cpu = time.process_time(), _cpu_seconds(server_pid)
         times.setdefault(kind, []).append(timed(steps[kind]))
         times.setdefault(f"{kind}_cpu", []).append(time.process_time() - cpu)

@@ -347,9 +347,10 @@ def test_damaged_stored_output_is_never_served_and_is_rebuilt(make_workspace, gc
 
 @pytest.mark.parametrize("damaged", [False, True])
 def test_a_large_download_is_hashed_as_it_lands(gcs_bucket, fake_gcs_server, tmp_path, damaged):
-    """Files of several batches (the digest catches up every few MiB while the download
-    runs, and finishes when it ends) get the digest of their bytes; a byte changed in the
-    middle of one, where only a catch-up reads it, is never taken into the local cache."""
+    """Files of several batches (the bytes go to the hashing thread a few MiB at a time
+    while the download runs, the rest is hashed when it ends) get the digest of their
+    bytes; a byte changed in the middle of one, in a batch the hashing thread hashes, is
+    never taken into the local cache."""
     staged = tmp_path / "staged"
     staged.mkdir()
     rng = random.Random(7)
@@ -375,6 +376,34 @@ def test_a_large_download_is_hashed_as_it_lands(gcs_bucket, fake_gcs_server, tmp
     else:
         tree = cache.materialise(store, "out/big", manifest)
         assert (tree / "big.bin").read_bytes() == (staged / "big.bin").read_bytes()
+
+
+@pytest.mark.parametrize("held_mib", [64, 1])
+def test_a_large_download_holds_a_small_part_of_itself_in_memory(gcs_bucket, tmp_path, monkeypatch, held_mib):
+    """Bytes are hashed from memory as they arrive, handed to the hashing thread in
+    batches: a download holds a few batches, not the object (here 48 MiB), also when the
+    budget for held bytes is smaller than a batch (each chunk is then handed off at once
+    and waited for)."""
+    import tracemalloc
+
+    from marinbuild.store import transfers
+
+    monkeypatch.setattr(transfers, "_HELD_BYTES", held_mib * 2**20)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "big.bin").write_bytes(random.Random(5).randbytes(48 * 2**20))
+    manifest = hash_tree(staged)
+    store = gcs_store(gcs_bucket, tmp_path)
+    store.put_dir(staged, "out/large", manifest)
+    tracemalloc.start()
+    try:
+        downloaded = store.get_files({"out/large/big.bin": tmp_path / "big.bin"}, hashed=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert downloaded == {tmp_path / "big.bin": manifest.files[0].digest}
+    assert peak < 24 * 2**20, f"{peak / 2**20:.0f} MiB held to download 48 MiB"
+    assert transfers._held.bytes == 0
 
 
 def test_downloading_many_files_holds_no_buffer_per_file(gcs_bucket, tmp_path):

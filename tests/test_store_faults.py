@@ -138,9 +138,10 @@ class FaultyProxy:
     """Forwards every request to `target`, but holds back the answer to those `swallow`
     picks (the client times out although the server did what was asked: a write that
     went through unanswered, to be retried), and answers those `refuse` picks with its
-    status without forwarding them (403: an account that may only read). `edit` may change
-    an answer's body (tests/test_regions.py: the location of a bucket, which
-    fake-gcs-server sets for all its buckets at once)."""
+    status without forwarding them (403: an account that may only read), and of those `cut`
+    picks sends only the first half of the body, then closes the connection (a download
+    broken off mid-object). `edit` may change an answer's body (tests/test_regions.py: the
+    location of a bucket, which fake-gcs-server sets for all its buckets at once)."""
 
     def __init__(
         self,
@@ -148,10 +149,12 @@ class FaultyProxy:
         swallow: Callable[[str, str], bool] = lambda method, path: False,
         refuse: Callable[[str, str], int | None] = lambda method, path: None,
         edit: Callable[[str, str, bytes], bytes] = lambda method, path, body: body,
+        cut: Callable[[str, str], bool] = lambda method, path: False,
     ):
         host, port = urlsplit(target).hostname, urlsplit(target).port
         self.swallowed: list[str] = []
         self.refused: list[str] = []
+        self.cut: list[str] = []
         self.requests: list[str] = []  # every request, in the order it came
         proxy = self
 
@@ -185,6 +188,13 @@ class FaultyProxy:
                         self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                if cut(self.command, self.path):
+                    proxy.cut.append(f"{self.command} {self.path}")
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
                 self.wfile.write(data)
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward
@@ -203,7 +213,7 @@ class FaultyProxy:
 
 
 def once(predicate: Callable[[str, str], bool]) -> Callable[[str, str], bool]:
-    """Swallow the first answer that `predicate` picks, no other."""
+    """Pick (to swallow, or cut) the first answer that `predicate` picks, no other."""
     done = threading.Event()
 
     def swallow(method: str, path: str) -> bool:
@@ -392,6 +402,37 @@ def test_a_create_that_went_through_unanswered_counts_as_created(fake_gcs_server
         assert proxy.swallowed, "the first answer was swallowed"
         assert store.read_bytes("ac/ab/k.json") == b"our entry"
         assert not store.create_only("ac/ab/k.json", b"another builder's entry")
+    finally:
+        proxy.close()
+
+
+def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(fake_gcs_server, monkeypatch, tmp_path):
+    """The connection closes halfway through a large object: the download is tried again,
+    the digests are those of the whole files, the file that had landed is not fetched
+    again, and nothing is left held for hashing."""
+    from marinbuild.store import transfers
+
+    bucket = fake_gcs_server.new_bucket()
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "big.bin").write_bytes(random.Random(3).randbytes(9 * 2**20 + 7))
+    (staged / "small.bin").write_bytes(b"small")
+    manifest = hash_tree(staged)
+    direct = gcs(f"gs://{bucket}/mb", tmp_path / "direct", budget_s=15)
+    direct.put_dir(staged, "out/ab/k", manifest)
+    proxy = FaultyProxy(fake_gcs_server.url, cut=once(lambda method, path: "big.bin" in path))
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    try:
+        store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=15)
+        files = {f"out/ab/k/{item.path}": tmp_path / "got" / item.path for item in manifest.files}
+        downloaded = store.get_files(files, hashed=True)
+        assert proxy.cut, "the first download of big.bin was broken off"
+        assert downloaded == {tmp_path / "got" / item.path: item.digest for item in manifest.files}
+        assert (tmp_path / "got" / "big.bin").read_bytes() == (staged / "big.bin").read_bytes()
+        fetches = [request for request in proxy.requests if request.startswith("GET") and "alt=media" in request]
+        assert sum("big.bin" in request for request in fetches) == 2, fetches
+        assert sum("small.bin" in request for request in fetches) == 1, fetches
+        assert transfers._held.bytes == 0
     finally:
         proxy.close()
 

@@ -38,7 +38,7 @@ from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec, WaitingFn
 from marinbuild.store.live_sync import ScratchMirror
 from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.manifest import Manifest
-from marinbuild.store.transfers import TailDigest, transfer_callback
+from marinbuild.store.transfers import transfer_callback
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -271,24 +271,20 @@ class RemoteStore(Store):
                 "put", [str(local) for local in files], [self._full(path) for path in files.values()], callback=callback
             )
 
-    @backend_errors
     def get_files(self, files: Mapping[str, Path], total_bytes: int = 0, hashed: bool = False) -> dict[Path, str]:
         """Download objects to local files, concurrently where the backend can (`total_bytes`
-        only serves the progress report). `hashed`: also the BLAKE3 of each local file,
-        computed as its bytes land rather than in a second pass."""
-        if not files:
-            return {}
-        digests: dict[str, TailDigest] | None = {} if hashed else None
-        callback = transfer_callback("downloaded", total_bytes, digests)
+        only serves the progress report). `hashed`: also the BLAKE3 of each local file (read
+        back once downloaded here; the GCS store hashes the bytes as they stream in)."""
+        if files:
+            self._get(files, total_bytes)
+        return {local: digest_file(local) for local in files.values()} if hashed else {}
+
+    @backend_errors
+    def _get(self, files: Mapping[str, Path], total_bytes: int) -> None:
+        callback = transfer_callback("downloaded", total_bytes)
         self._io(
             "get", [self._full(path) for path in files], [str(local) for local in files.values()], callback=callback
         )
-        if digests is None:
-            return {}
-        return {
-            local: digests[str(local)].finish() if str(local) in digests else digest_file(local)
-            for local in files.values()
-        }
 
     def outputs_dir(self, path: str, manifest: Manifest) -> Path:
         return self.local_cache.materialise(self, path, manifest)

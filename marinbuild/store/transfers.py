@@ -1,5 +1,5 @@
 """Moving bytes to and from a remote store: progress reports, deadlines kept away while
-bytes move, and downloads hashed as they land.
+bytes move, and downloads hashed as they stream in.
 
 Kept apart from `remote.py` so that a build on a local store, which transfers nothing,
 imports none of this machinery (fsspec's callbacks, an event loop).
@@ -7,10 +7,11 @@ imports none of this machinery (fsspec's callbacks, an event loop).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
@@ -18,7 +19,6 @@ from typing import Any
 
 import blake3
 
-from marinbuild.hashing import digest_file
 from marinbuild.store import deadlines
 
 # (done, total, unit), as a step reports its own progress.
@@ -36,117 +36,117 @@ def reporting_transfers(progress: TransferProgressFn) -> Iterator[None]:
         _transfer_progress.reset(token)
 
 
-# Bytes a download writes between two catch-ups of its digest.
-_CATCH_UP_BYTES = 8 << 20
-_READ_BYTES = 256 << 10
+# Bytes of a download gathered before they go to the hashing thread together: a hand-off
+# per chunk of 256 KiB wakes the thread thousands of times per GiB, which cost more CPU
+# than the hashing itself (bench/store.py's 1 GiB download on 2 cores: batches of 4 MiB
+# were the fastest of 1, 2, 4 and 8).
+_HAND_OFF_BYTES = 4 << 20
+# Bytes held for hashing, over all downloads (gathered, or handed off and not hashed yet),
+# past which a download hands off what it has and waits for its own bytes to be hashed:
+# one that outruns the hashing, or a hundred at once, must not hold their bytes in memory.
+_HELD_BYTES = 64 << 20
 
-# One thread hashes what downloads write, so that fsspec's event loop, which calls
-# `TailDigest.advance` back, goes on receiving bytes meanwhile.
+# One thread hashes what downloads receive, so that the event loop receiving the bytes
+# goes on receiving meanwhile (BLAKE3 lets go of the GIL while it hashes).
 _hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marinbuild-hash")
 
 
-class TailDigest:
-    """The BLAKE3 of a file that a download is writing, read back chunk by chunk as the
-    download reports each one (the bytes are hot in the page cache), on the hashing thread:
-    the digest is ready when the last byte lands, with no second pass over the file. A
-    download that starts the file again (a retry truncates it) starts the digest again."""
+class _Held:
+    """The bytes downloads hold for hashing (counted up by the event loop, down by the
+    hashing thread)."""
 
-    def __init__(self, path: str):
-        self.path = path
-        self.hasher = blake3.blake3()
-        self.handle: Any = None
-        self.offset = 0
-        self._pending: Future[None] | None = None  # a catch-up queued and not yet started
-        self._queued_at = 0  # bytes written when the last catch-up was queued
-        self._lock = threading.Lock()  # guards _pending
-        self._reading = threading.Lock()  # one reader of the file at a time
-        self._finished = False
+    def __init__(self) -> None:
+        self.bytes = 0
+        self._lock = threading.Lock()
 
-    def advance(self, written: int) -> None:
-        """The download has written `written` bytes so far: queue a catch-up once a batch
-        has come in since the last (one at a time: a catch-up reads to the end, so a second
-        queued behind it would find nothing new). Chunks arrive 128 KiB at a time, and a
-        catch-up for each cost more than the hashing itself."""
-        if self._queued_at <= written < self._queued_at + _CATCH_UP_BYTES:
-            return
+    def change(self, size: int) -> None:
         with self._lock:
-            self._queued_at = written
-            if self._pending is None:
-                self._pending = _hashing.submit(self._catch_up)
-
-    def _catch_up(self) -> None:
-        with self._lock:
-            self._pending = None
-        with self._reading:
-            if not self._finished:
-                self._read_to_end()
-
-    def _read_to_end(self) -> None:
-        if self.handle is None:
-            try:
-                self.handle = open(self.path, "rb")  # noqa: SIM115 - closed by finish
-            except FileNotFoundError:
-                return  # not created yet
-        written = os.fstat(self.handle.fileno()).st_size
-        if written < self.offset:
-            self.hasher, self.offset = blake3.blake3(), 0
-            self.handle.seek(0)
-        # Read what the file held when this began (what lands meanwhile is the next
-        # catch-up's) into one buffer, small enough to stay in the CPU's cache while it is
-        # hashed (a new megabyte per read cost more, allocation and page faults, than
-        # hashing it), and no larger than what there is: a download of many files holds a
-        # digest per file until the last lands, and none holds a buffer between catch-ups.
-        buffer = memoryview(bytearray(min(_READ_BYTES, written - self.offset)))
-        while self.offset < written and (size := self.handle.readinto(buffer[: written - self.offset])):
-            self.hasher.update(buffer[:size])
-            self.offset += size
-
-    def finish(self) -> str:
-        """The digest, once the download has written the whole file (read here, in the
-        caller's thread: what the hashing thread has not reached yet)."""
-        with self._reading:
-            self._read_to_end()
-            self._finished = True
-            if self.handle is None:
-                return digest_file(self.path)
-            self.handle.close()
-            return self.hasher.hexdigest()
+            self.bytes += size
 
 
-def transfer_callback(verb: str, total_bytes: int, digests: dict[str, TailDigest] | None = None) -> Any:
+_held = _Held()
+
+
+def _hash(hasher: Any, chunks: list[bytes]) -> None:
+    for chunk in chunks:
+        hasher.update(chunk)
+
+
+class StreamDigest:
+    """The BLAKE3 of a download, from its bytes in memory as they arrive: no second pass
+    over the file, and no reading back what was just written. Batches go to the hashing
+    thread; what is left at the end (all of a small file) is hashed in place. Used as a
+    context manager: a download that fails or is cancelled lets go of what it held."""
+
+    def __init__(self) -> None:
+        self._hasher = blake3.blake3()
+        self._batch: list[bytes] = []
+        self._batched = 0
+        self._behind: deque[Future[None]] = deque()
+
+    def __enter__(self) -> StreamDigest:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _held.change(-self._batched)  # bytes handed off are counted down once hashed
+        self._batch, self._batched = [], 0
+
+    async def add(self, chunk: bytes) -> None:
+        """Called on the event loop that receives the download, chunk by chunk, in order."""
+        self._batch.append(chunk)
+        self._batched += len(chunk)
+        _held.change(len(chunk))
+        if self._batched >= _HAND_OFF_BYTES or _held.bytes > _HELD_BYTES:
+            self._hand_off()
+        while self._behind and (self._behind[0].done() or _held.bytes > _HELD_BYTES):
+            await asyncio.wrap_future(self._behind.popleft())
+
+    def _hand_off(self) -> None:
+        size = self._batched
+        hashed = _hashing.submit(_hash, self._hasher, self._batch)
+        hashed.add_done_callback(lambda _: _held.change(-size))  # hashed, or cancelled with its download
+        self._behind.append(hashed)
+        self._batch, self._batched = [], 0
+
+    async def hexdigest(self) -> str:
+        """The digest of every chunk added, once the hashing thread has caught up."""
+        while self._behind:
+            await asyncio.wrap_future(self._behind.popleft())
+        _hash(self._hasher, self._batch)
+        return self._hasher.hexdigest()
+
+
+def transfer_callback(verb: str, total_bytes: int) -> Any:
     """An fsspec callback for a batch transfer: bytes moving keep the operation's deadline
-    away (`deadlines`), are reported to this thread's progress function if it has one,
-    and — for a download given `digests` — hashed as they land, into `digests[local path]`."""
+    away (`deadlines`), and are reported to this thread's progress function if it has one.
+    Made inside the operation it reports on (it captures the operation's clock)."""
     from fsspec.callbacks import Callback
 
     report = _transfer_progress.get()
     clock = deadlines.current()  # called back from fsspec's event loop thread: captured here
 
     class _File(Callback):
-        def __init__(self, batch: _Batch, tail: TailDigest | None):
+        def __init__(self, batch: _Batch):
             super().__init__()
-            self.batch, self.tail = batch, tail
+            self.batch = batch
+            self.counted = 0  # of this file's bytes, those in the batch's total
 
         def call(self, *args: Any, **kwargs: Any) -> None:
-            if self.tail is not None:
-                self.tail.advance(self.value)
+            with self.batch.lock:
+                self.batch.done += self.value - self.counted
+                self.counted = self.value
             self.batch.show()
 
     class _Batch(Callback):
         def __init__(self) -> None:
             super().__init__()
-            self.files: list[_File] = []
+            self.done = 0  # bytes moved, over all files (kept as they move: a sum per report
+            # over 10,000 files would make a many-file transfer quadratic)
             self.started = time.monotonic()
             self.lock = threading.Lock()
 
         def branched(self, path_1: str, path_2: str, **kwargs: Any) -> _File:
-            tail = None
-            if digests is not None:
-                tail = digests[path_2] = TailDigest(path_2)
-            child = _File(self, tail)
-            with self.lock:
-                self.files.append(child)
-            return child
+            return _File(self)
 
         def call(self, *args: Any, **kwargs: Any) -> None:
             self.show()
@@ -156,9 +156,9 @@ def transfer_callback(verb: str, total_bytes: int, digests: dict[str, TailDigest
                 clock.progressed()
             if report is None:
                 return
-            with self.lock:
-                done = sum(child.value for child in self.files)
-            rate = done / max(time.monotonic() - self.started, 1e-3) / 2**20
-            report(done / 2**20, total_bytes / 2**20, f"MiB {verb} ({self.value}/{self.size} files, {rate:.0f} MiB/s)")
+            rate = self.done / max(time.monotonic() - self.started, 1e-3) / 2**20
+            report(
+                self.done / 2**20, total_bytes / 2**20, f"MiB {verb} ({self.value}/{self.size} files, {rate:.0f} MiB/s)"
+            )
 
     return _Batch()
