@@ -2,8 +2,9 @@
 budget, and a build always ends (DESIGN.md #9).
 
 Faults come only from servers started here, on 127.0.0.1: a socket that accepts
-connections and never answers, a proxy that forwards a request and swallows its answer,
-and a fake-gcs-server of this test's own, frozen with SIGSTOP and thawed with SIGCONT.
+connections and never answers, a proxy that forwards a request and swallows its answer
+(or breaks it off, stalls or trickles it halfway through), and a fake-gcs-server of this
+test's own, frozen with SIGSTOP and thawed with SIGCONT.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from marinbuild.store.manifest import hash_tree
 # Short deadlines, so that a fault costs seconds. BOUND_S bounds a hang, it is no speed test.
 TIMEOUT_S = 1.0
 BOUND_S = 45.0
+TRICKLE_S = 0.2  # between two pieces of a trickled answer: well within TIMEOUT_S
 
 
 # -- servers started here ----------------------------------------------------------------------
@@ -138,10 +140,13 @@ class FaultyProxy:
     """Forwards every request to `target`, but holds back the answer to those `swallow`
     picks (the client times out although the server did what was asked: a write that
     went through unanswered, to be retried), and answers those `refuse` picks with its
-    status without forwarding them (403: an account that may only read), and of those `cut`
-    picks sends only the first half of the body, then closes the connection (a download
-    broken off mid-object). `edit` may change an answer's body (tests/test_regions.py: the
-    location of a bucket, which fake-gcs-server sets for all its buckets at once)."""
+    status without forwarding them (403: an account that may only read). Of the answers
+    `cut` picks it sends only the first half of the body, then closes the connection (a
+    download broken off mid-object); of those `stall` picks, the first half, then nothing
+    (a server that hangs mid-object); those `trickle` picks go out 256 KiB every
+    `TRICKLE_S` (a slow link, never silent for a deadline). `edit` may change an answer's
+    body (tests/test_regions.py: the location of a bucket, which fake-gcs-server sets for
+    all its buckets at once)."""
 
     def __init__(
         self,
@@ -150,6 +155,8 @@ class FaultyProxy:
         refuse: Callable[[str, str], int | None] = lambda method, path: None,
         edit: Callable[[str, str, bytes], bytes] = lambda method, path, body: body,
         cut: Callable[[str, str], bool] = lambda method, path: False,
+        stall: Callable[[str, str], bool] = lambda method, path: False,
+        trickle: Callable[[str, str], bool] = lambda method, path: False,
     ):
         host, port = urlsplit(target).hostname, urlsplit(target).port
         self.swallowed: list[str] = []
@@ -188,12 +195,20 @@ class FaultyProxy:
                         self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if cut(self.command, self.path):
+                if cut(self.command, self.path) or stall(self.command, self.path):
                     proxy.cut.append(f"{self.command} {self.path}")
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
+                    if stall(self.command, self.path):
+                        time.sleep(5 * BOUND_S)  # the client gives up first
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
+                    return
+                if trickle(self.command, self.path):
+                    for start in range(0, len(data), 2**18):
+                        self.wfile.write(data[start : start + 2**18])
+                        self.wfile.flush()
+                        time.sleep(TRICKLE_S)
                     return
                 self.wfile.write(data)
 
@@ -432,6 +447,54 @@ def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(fa
         fetches = [request for request in proxy.requests if request.startswith("GET") and "alt=media" in request]
         assert sum("big.bin" in request for request in fetches) == 2, fetches
         assert sum("small.bin" in request for request in fetches) == 1, fetches
+        assert transfers._held.bytes == 0
+    finally:
+        proxy.close()
+
+
+def _staged_object(fake_gcs_server, tmp_path: Path, size: int) -> tuple[str, Path]:
+    """A bucket holding out/ab/k/big.bin of `size` random bytes (under gs://BUCKET/mb), and
+    the local file it was uploaded from."""
+    bucket = fake_gcs_server.new_bucket()
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "big.bin").write_bytes(random.Random(size).randbytes(size))
+    gcs(f"gs://{bucket}/mb", tmp_path / "direct").put_dir(staged, "out/ab/k", hash_tree(staged))
+    return bucket, staged / "big.bin"
+
+
+def test_a_download_that_keeps_moving_outlives_the_retry_budget(fake_gcs_server, monkeypatch, tmp_path):
+    """Bytes arriving keep an operation's deadline away: a download slower than the whole
+    retry budget, never silent for a request deadline, completes."""
+    bucket, original = _staged_object(fake_gcs_server, tmp_path, 4 * 2**20)
+    proxy = FaultyProxy(fake_gcs_server.url, trickle=lambda method, path: "big.bin" in path)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    try:
+        store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=1.5)
+        started = time.monotonic()
+        downloaded = store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, hashed=True)
+        elapsed = time.monotonic() - started
+    finally:
+        proxy.close()
+    assert downloaded == {tmp_path / "big.bin": blake3.blake3(original.read_bytes()).hexdigest()}
+    assert elapsed > 2 * 1.5, f"took {elapsed:.1f} s: the answer was not trickled"
+
+
+def test_a_download_that_stalls_midway_gives_up_within_its_budget(fake_gcs_server, monkeypatch, tmp_path):
+    """A server that sends half an object and then nothing: the download gives up once
+    the store has been silent for its budget, holding nothing for hashing."""
+    from marinbuild.store import transfers
+
+    bucket, _ = _staged_object(fake_gcs_server, tmp_path, 4 * 2**20)
+    proxy = FaultyProxy(fake_gcs_server.url, stall=lambda method, path: "big.bin" in path)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    try:
+        store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=1.5)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="has not answered for"):
+            store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, hashed=True)
+        assert time.monotonic() - started < 10
+        assert proxy.cut, "the answer stopped halfway"
         assert transfers._held.bytes == 0
     finally:
         proxy.close()

@@ -57,6 +57,8 @@ _PARALLEL_DOWNLOADS = 100
 # What aiohttp buffers of an answer before it stops reading the socket (its default, 64
 # KiB, pauses and resumes the socket every few chunks of a large download).
 _READ_BUFFER = 1 << 20
+# Bytes a download receives between two progress reports (each also keeps its deadline away).
+_REPORT_BYTES = 1 << 20
 
 # gcsfs logs each request it gives up on, with a traceback, and Python prints that on
 # stderr when nobody configured logging. The deadlines retry it, and what finally fails
@@ -237,7 +239,7 @@ class GCSStore(RemoteStore):
         landed: dict[Path, str | None] = {}
         if files:
             self._download(files, landed, total_bytes, hashed)
-        return {local: str(digest) for local, digest in landed.items()} if hashed else {}
+        return {local: digest for local, digest in landed.items() if digest is not None}
 
     @backend_errors
     def _download(self, files: Mapping[str, Path], landed: dict[Path, str | None], total: int, hashed: bool) -> None:
@@ -274,13 +276,18 @@ class GCSStore(RemoteStore):
                 validate_response(answer.status, await answer.read(), self.location(path))
             progress.set_size(answer.content_length)
             local.parent.mkdir(parents=True, exist_ok=True)
+            unreported = 0  # reported a MiB at a time, not per chunk (4,000 chunks per GiB)
             with open(local, "wb") as file, StreamDigest() as digest:
                 # Chunks as they came (`readany` joins what has arrived: a copy).
                 async for chunk, _ in answer.content.iter_chunks():
                     file.write(chunk)
-                    progress.relative_update(len(chunk))
+                    unreported += len(chunk)
+                    if unreported >= _REPORT_BYTES:
+                        progress.relative_update(unreported)
+                        unreported = 0
                     if hashed:
                         await digest.add(chunk)
+                progress.relative_update(unreported)
                 return await digest.hexdigest() if hashed else None
 
     # -- regions -----------------------------------------------------------------------------
