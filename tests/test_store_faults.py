@@ -9,6 +9,7 @@ test's own, frozen with SIGSTOP and thawed with SIGCONT.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -32,11 +33,11 @@ from conftest import cli_env, run_cli
 from gcsfs.retry import HttpError
 
 from marinbuild.errors import StoreError, StoreUnavailable
-from marinbuild.store import StoreSpec, layout, open_store
+from marinbuild.store import StoreSpec, layout, open_store, transfers
 from marinbuild.store.deadlines import StorePolicy, call, is_transient
 from marinbuild.store.gcs import GCSStore
 from marinbuild.store.lease_object import LeaseSettings, held_lease
-from marinbuild.store.manifest import hash_tree
+from marinbuild.store.manifest import Manifest, hash_tree
 
 # Short deadlines, so that a fault costs seconds. BOUND_S bounds a hang, it is no speed test.
 TIMEOUT_S = 1.0
@@ -421,83 +422,79 @@ def test_a_create_that_went_through_unanswered_counts_as_created(fake_gcs_server
         proxy.close()
 
 
-def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(fake_gcs_server, monkeypatch, tmp_path):
-    """The connection closes halfway through a large object: the download is tried again,
-    the digests are those of the whole files, the file that had landed is not fetched
-    again, and nothing is left held for hashing."""
-    from marinbuild.store import transfers
-
+def _stored_output(fake_gcs_server, tmp_path: Path, sizes: dict[str, int]) -> tuple[str, Manifest]:
+    """A new bucket holding an output of files of random bytes of `sizes`, stored under
+    gs://BUCKET/mb/out/ab/k (uploaded from tmp_path/staged)."""
     bucket = fake_gcs_server.new_bucket()
     staged = tmp_path / "staged"
     staged.mkdir()
-    (staged / "big.bin").write_bytes(random.Random(3).randbytes(9 * 2**20 + 7))
-    (staged / "small.bin").write_bytes(b"small")
+    for name, size in sizes.items():
+        (staged / name).write_bytes(random.Random(size).randbytes(size))
     manifest = hash_tree(staged)
-    direct = gcs(f"gs://{bucket}/mb", tmp_path / "direct", budget_s=15)
-    direct.put_dir(staged, "out/ab/k", manifest)
-    proxy = FaultyProxy(fake_gcs_server.url, cut=once(lambda method, path: "big.bin" in path))
+    gcs(f"gs://{bucket}/mb", tmp_path / "direct").put_dir(staged, "out/ab/k", manifest)
+    return bucket, manifest
+
+
+@contextlib.contextmanager
+def _through(proxy: FaultyProxy, monkeypatch) -> Iterator[FaultyProxy]:
+    """Stores opened in this block talk to the store through `proxy`."""
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
     try:
-        store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=15)
-        files = {f"out/ab/k/{item.path}": tmp_path / "got" / item.path for item in manifest.files}
-        downloaded = store.get_files(files, hashed=True)
-        assert proxy.cut, "the first download of big.bin was broken off"
-        assert downloaded == {tmp_path / "got" / item.path: item.digest for item in manifest.files}
-        assert (tmp_path / "got" / "big.bin").read_bytes() == (staged / "big.bin").read_bytes()
-        fetches = [request for request in proxy.requests if request.startswith("GET") and "alt=media" in request]
-        assert sum("big.bin" in request for request in fetches) == 2, fetches
-        assert sum("small.bin" in request for request in fetches) == 1, fetches
-        assert transfers._held.bytes == 0
+        yield proxy
     finally:
         proxy.close()
 
 
-def _staged_object(fake_gcs_server, tmp_path: Path, size: int) -> tuple[str, Path]:
-    """A bucket holding out/ab/k/big.bin of `size` random bytes (under gs://BUCKET/mb), and
-    the local file it was uploaded from."""
-    bucket = fake_gcs_server.new_bucket()
-    staged = tmp_path / "staged"
-    staged.mkdir()
-    (staged / "big.bin").write_bytes(random.Random(size).randbytes(size))
-    gcs(f"gs://{bucket}/mb", tmp_path / "direct").put_dir(staged, "out/ab/k", hash_tree(staged))
-    return bucket, staged / "big.bin"
+def _downloaded(manifest: Manifest, local: Path) -> dict[Path, str]:
+    """What `get_files(..., hashed=True)` answers for all of `manifest` downloaded to `local`."""
+    return {local / item.path: item.digest for item in manifest.files}
+
+
+def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(fake_gcs_server, monkeypatch, tmp_path):
+    """The connection closes halfway through a large object: the download is tried again,
+    the digests are those of the whole files, the file that had landed is not fetched
+    again, and nothing is left held for hashing."""
+    bucket, manifest = _stored_output(fake_gcs_server, tmp_path, {"big.bin": 9 * 2**20 + 7, "small.bin": 5})
+    with _through(
+        FaultyProxy(fake_gcs_server.url, cut=once(lambda method, path: "big.bin" in path)), monkeypatch
+    ) as proxy:
+        store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=15)
+        files = {f"out/ab/k/{item.path}": tmp_path / "got" / item.path for item in manifest.files}
+        assert store.get_files(files, hashed=True) == _downloaded(manifest, tmp_path / "got")
+        assert proxy.cut, "the first download of big.bin was broken off"
+    assert (tmp_path / "got" / "big.bin").read_bytes() == (tmp_path / "staged" / "big.bin").read_bytes()
+    fetches = [request for request in proxy.requests if request.startswith("GET") and "alt=media" in request]
+    assert sum("big.bin" in request for request in fetches) == 2, fetches
+    assert sum("small.bin" in request for request in fetches) == 1, fetches
+    assert transfers._held.bytes == 0
 
 
 def test_a_download_that_keeps_moving_outlives_the_retry_budget(fake_gcs_server, monkeypatch, tmp_path):
     """Bytes arriving keep an operation's deadline away: a download slower than the whole
     retry budget, never silent for a request deadline, completes."""
-    bucket, original = _staged_object(fake_gcs_server, tmp_path, 4 * 2**20)
-    proxy = FaultyProxy(fake_gcs_server.url, trickle=lambda method, path: "big.bin" in path)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-    try:
+    bucket, manifest = _stored_output(fake_gcs_server, tmp_path, {"big.bin": 4 * 2**20})
+    with _through(FaultyProxy(fake_gcs_server.url, trickle=lambda method, path: "big.bin" in path), monkeypatch):
         store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=1.5)
         started = time.monotonic()
-        downloaded = store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, hashed=True)
+        assert store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, hashed=True) == _downloaded(
+            manifest, tmp_path
+        )
         elapsed = time.monotonic() - started
-    finally:
-        proxy.close()
-    assert downloaded == {tmp_path / "big.bin": blake3.blake3(original.read_bytes()).hexdigest()}
     assert elapsed > 2 * 1.5, f"took {elapsed:.1f} s: the answer was not trickled"
 
 
 def test_a_download_that_stalls_midway_gives_up_within_its_budget(fake_gcs_server, monkeypatch, tmp_path):
     """A server that sends half an object and then nothing: the download gives up once
     the store has been silent for its budget, holding nothing for hashing."""
-    from marinbuild.store import transfers
-
-    bucket, _ = _staged_object(fake_gcs_server, tmp_path, 4 * 2**20)
-    proxy = FaultyProxy(fake_gcs_server.url, stall=lambda method, path: "big.bin" in path)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-    try:
+    bucket, _ = _stored_output(fake_gcs_server, tmp_path, {"big.bin": 4 * 2**20})
+    with _through(FaultyProxy(fake_gcs_server.url, stall=lambda method, path: "big.bin" in path), monkeypatch) as proxy:
         store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=1.5)
         started = time.monotonic()
         with pytest.raises(StoreUnavailable, match="has not answered for"):
             store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, hashed=True)
         assert time.monotonic() - started < 10
         assert proxy.cut, "the answer stopped halfway"
-        assert transfers._held.bytes == 0
-    finally:
-        proxy.close()
+    assert transfers._held.bytes == 0
 
 
 def test_a_renewal_that_went_through_unanswered_keeps_the_lease(fake_gcs_server, monkeypatch, tmp_path):
