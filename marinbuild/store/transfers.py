@@ -38,8 +38,8 @@ def reporting_transfers(progress: TransferProgressFn) -> Iterator[None]:
 
 # Bytes of a download gathered before they go to the hashing thread together: a hand-off
 # per chunk of 256 KiB wakes the thread thousands of times per GiB, which cost more CPU
-# than the hashing itself (bench/store.py's 1 GiB download on 2 cores: batches of 4 MiB
-# were the fastest of 1, 2, 4 and 8).
+# than the hashing itself (a 1 GiB download from fake-gcs-server on 2 cores: batches of
+# 4 MiB were the fastest of 1, 2, 4 and 8 MiB).
 _HAND_OFF_BYTES = 4 << 20
 # Bytes held for hashing, over all downloads (gathered, or handed off and not hashed yet),
 # past which a download hands off what it has and waits for its own bytes to be hashed:
