@@ -23,7 +23,7 @@ from marinbuild.store import AttemptStatus, layout, open_store, reporting_transf
 from marinbuild.store.gcs import GCSStore
 from marinbuild.store.lease_object import LeaseSettings, held_lease
 from marinbuild.store.local_cache import LocalCache
-from marinbuild.store.manifest import hash_tree
+from marinbuild.store.manifest import Manifest, hash_tree
 
 TTL_S = 3.0  # short leases: a takeover test waits one expiry
 
@@ -37,6 +37,11 @@ def gcs_store(bucket: str, tmp_path: Path, prefix: str = "mb") -> GCSStore:
     store = open_store(f"gs://{bucket}/{prefix}", tmp_path / "local")
     assert isinstance(store, GCSStore)
     return store
+
+
+def sizes(manifest: Manifest, prefix: str) -> dict[str, int]:
+    """The sizes `get_files` checks the files of `manifest`, stored under `prefix`, against."""
+    return {f"{prefix}/{item.path}": item.size for item in manifest.files}
 
 
 def bucket_entries(fs, root: str) -> list[dict]:
@@ -360,7 +365,7 @@ def test_a_large_download_is_hashed_as_it_lands(gcs_bucket, fake_gcs_server, tmp
     store = gcs_store(gcs_bucket, tmp_path)
     store.put_dir(staged, "out/big", manifest)
     downloaded = store.get_files(
-        {"out/big/big.bin": tmp_path / "big.bin", "out/big/small.bin": tmp_path / "small.bin"}, hashed=True
+        {f"out/big/{item.path}": tmp_path / item.path for item in manifest.files}, sizes=sizes(manifest, "out/big")
     )
     assert downloaded == {tmp_path / item.path: item.digest for item in manifest.files}
     if damaged:
@@ -376,6 +381,24 @@ def test_a_large_download_is_hashed_as_it_lands(gcs_bucket, fake_gcs_server, tmp
     else:
         tree = cache.materialise(store, "out/big", manifest)
         assert (tree / "big.bin").read_bytes() == (staged / "big.bin").read_bytes()
+
+
+def test_an_object_replaced_by_a_larger_one_is_not_downloaded_whole(gcs_bucket, fake_gcs_server, tmp_path):
+    """A teammate replaced a 1 KiB output by 64 MiB: the download stops a chunk past the
+    manifest's size, and the output is damaged, never taken into the local cache."""
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "weights.bin").write_bytes(b"w" * 1024)
+    manifest = hash_tree(staged)
+    store = gcs_store(gcs_bucket, tmp_path)
+    store.put_dir(staged, "out/swap", manifest)
+    fake_gcs_server.fs().pipe_file(f"{gcs_bucket}/mb/out/swap/weights.bin", os.urandom(64 * 2**20))
+    seen: list[float] = []
+    with reporting_transfers(lambda done, total, unit: seen.append(done)):
+        with pytest.raises(OutputDamaged, match="weights.bin does not match its manifest"):
+            LocalCache(tmp_path / "cache").materialise(store, "out/swap", manifest)
+    assert seen and max(seen) < 2, f"{max(seen):.0f} MiB downloaded of an output of 1 KiB"
+    assert not [path for path in (tmp_path / "cache").rglob("*") if path.is_file()]
 
 
 @pytest.mark.parametrize("held_mib", [64, 1])
@@ -397,7 +420,7 @@ def test_a_large_download_holds_a_small_part_of_itself_in_memory(gcs_bucket, tmp
     store.put_dir(staged, "out/large", manifest)
     tracemalloc.start()
     try:
-        downloaded = store.get_files({"out/large/big.bin": tmp_path / "big.bin"}, hashed=True)
+        downloaded = store.get_files({"out/large/big.bin": tmp_path / "big.bin"}, sizes=sizes(manifest, "out/large"))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -422,7 +445,7 @@ def test_downloading_many_files_holds_no_buffer_per_file(gcs_bucket, tmp_path):
     files = {f"out/many/{item.path}": tmp_path / "got" / item.path for item in manifest.files}
     tracemalloc.start()
     try:
-        downloaded = store.get_files(files, hashed=True)
+        downloaded = store.get_files(files, sizes=sizes(manifest, "out/many"))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

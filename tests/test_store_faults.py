@@ -445,8 +445,13 @@ def _through(proxy: FaultyProxy, monkeypatch) -> Iterator[FaultyProxy]:
         proxy.close()
 
 
+def _sizes(manifest: Manifest) -> dict[str, int]:
+    """The sizes `get_files` checks the files of `_stored_output`'s `manifest` against."""
+    return {f"out/ab/k/{item.path}": item.size for item in manifest.files}
+
+
 def _downloaded(manifest: Manifest, local: Path) -> dict[Path, str]:
-    """What `get_files(..., hashed=True)` answers for all of `manifest` downloaded to `local`."""
+    """What `get_files(..., sizes=...)` answers for all of `manifest` downloaded to `local`."""
     return {local / item.path: item.digest for item in manifest.files}
 
 
@@ -460,7 +465,7 @@ def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(fa
     ) as proxy:
         store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=15)
         files = {f"out/ab/k/{item.path}": tmp_path / "got" / item.path for item in manifest.files}
-        assert store.get_files(files, hashed=True) == _downloaded(manifest, tmp_path / "got")
+        assert store.get_files(files, sizes=_sizes(manifest)) == _downloaded(manifest, tmp_path / "got")
         assert proxy.cut, "the first download of big.bin was broken off"
     assert (tmp_path / "got" / "big.bin").read_bytes() == (tmp_path / "staged" / "big.bin").read_bytes()
     fetches = [request for request in proxy.requests if request.startswith("GET") and "alt=media" in request]
@@ -476,7 +481,7 @@ def test_a_download_that_keeps_moving_outlives_the_retry_budget(fake_gcs_server,
     with _through(FaultyProxy(fake_gcs_server.url, trickle=lambda method, path: "big.bin" in path), monkeypatch):
         store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=1.5)
         started = time.monotonic()
-        assert store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, hashed=True) == _downloaded(
+        assert store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, sizes=_sizes(manifest)) == _downloaded(
             manifest, tmp_path
         )
         elapsed = time.monotonic() - started
@@ -491,7 +496,7 @@ def test_a_download_that_stalls_midway_gives_up_within_its_budget(fake_gcs_serve
         store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=1.5)
         started = time.monotonic()
         with pytest.raises(StoreUnavailable, match="has not answered for"):
-            store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, hashed=True)
+            store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, sizes={"out/ab/k/big.bin": 4 * 2**20})
         assert time.monotonic() - started < 10
         assert proxy.cut, "the answer stopped halfway"
     assert transfers._held.bytes == 0

@@ -230,27 +230,33 @@ class GCSStore(RemoteStore):
 
     # -- downloads ---------------------------------------------------------------------------
 
-    def get_files(self, files: Mapping[str, Path], total_bytes: int = 0, hashed: bool = False) -> dict[Path, str]:
+    def get_files(
+        self, files: Mapping[str, Path], total_bytes: int = 0, sizes: Mapping[str, int] | None = None
+    ) -> dict[Path, str]:
         """Download objects to local files, each streamed by a request of our own rather than
-        gcsfs's `get`: the bytes are written as they arrive and, when `hashed`, hashed from
-        memory on the hashing thread (`StreamDigest`), so the BLAKE3 of a 1 GiB output costs
-        no second pass. A try that fails keeps the files it finished: the retry downloads
-        the others."""
+        gcsfs's `get`: the bytes are written as they arrive and, for files checked against
+        a manifest (`sizes`), hashed from memory on the hashing thread (`StreamDigest`), so
+        the BLAKE3 of a 1 GiB output costs no second pass; such a download stops once it
+        grows past its size (a replaced object is never copied whole to find it out). A
+        try that fails keeps the files it finished: the retry downloads the others."""
         landed: dict[Path, str | None] = {}
         if files:
-            self._download(files, landed, total_bytes, hashed)
+            self._download(files, landed, total_bytes, sizes)
         return {local: digest for local, digest in landed.items() if digest is not None}
 
     @backend_errors
-    def _download(self, files: Mapping[str, Path], landed: dict[Path, str | None], total: int, hashed: bool) -> None:
+    def _download(
+        self, files: Mapping[str, Path], landed: dict[Path, str | None], total: int, sizes: Mapping[str, int] | None
+    ) -> None:
         progress = transfer_callback("downloaded", total)
         progress.set_size(len(files))
         progress.relative_update(len(landed))
         limit = asyncio.Semaphore(_PARALLEL_DOWNLOADS)
 
         async def download(path: str, local: Path) -> None:
+            size = None if sizes is None else sizes[path]
             async with limit:
-                landed[local] = await self._stream(path, local, progress.branched(path, str(local)), hashed)
+                landed[local] = await self._stream(path, local, progress.branched(path, str(local)), size)
             progress.relative_update(1)
 
         async def download_all() -> None:
@@ -264,8 +270,9 @@ class GCSStore(RemoteStore):
 
         deadlines.wait(asyncio.run_coroutine_threadsafe(download_all(), self.fs.loop))
 
-    async def _stream(self, path: str, local: Path, progress: Any, hashed: bool) -> str | None:
-        """One object into `local`, chunk by chunk as the socket delivers them; its digest."""
+    async def _stream(self, path: str, local: Path, progress: Any, size: int | None) -> str | None:
+        """One object into `local`, chunk by chunk as the socket delivers them. Given the
+        `size` it must have: the BLAKE3 of what landed, which stops a chunk past that size."""
         from gcsfs.retry import validate_response
 
         fs = self.fs
@@ -276,19 +283,21 @@ class GCSStore(RemoteStore):
                 validate_response(answer.status, await answer.read(), self.location(path))
             progress.set_size(answer.content_length)
             local.parent.mkdir(parents=True, exist_ok=True)
-            unreported = 0  # reported a MiB at a time, not per chunk (4,000 chunks per GiB)
+            received = reported = 0  # reported a MiB at a time, not per chunk (4,000 chunks per GiB)
             with open(local, "wb") as file, StreamDigest() as digest:
                 # Chunks as they came (`readany` joins what has arrived: a copy).
                 async for chunk, _ in answer.content.iter_chunks():
                     file.write(chunk)
-                    unreported += len(chunk)
-                    if unreported >= _REPORT_BYTES:
-                        progress.relative_update(unreported)
-                        unreported = 0
-                    if hashed:
+                    received += len(chunk)
+                    if received - reported >= _REPORT_BYTES:
+                        progress.relative_update(received - reported)
+                        reported = received
+                    if size is not None:
                         await digest.add(chunk)
-                progress.relative_update(unreported)
-                return await digest.hexdigest() if hashed else None
+                        if received > size:
+                            break  # not the manifest's file: its digest cannot match
+                progress.relative_update(received - reported)
+                return None if size is None else await digest.hexdigest()
 
     # -- regions -----------------------------------------------------------------------------
 

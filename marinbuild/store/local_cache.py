@@ -80,7 +80,8 @@ class LocalCache:
             return tree
         wanted = {item.digest: item for item in manifest.files if not self._blob(item.digest).exists()}
         downloads = {f"{prefix}/{item.path}": self._temporary(item.digest) for item in wanted.values()}
-        digests = store.get_files(downloads, sum(item.size for item in wanted.values()), hashed=True)
+        sizes = {f"{prefix}/{item.path}": item.size for item in wanted.values()}
+        digests = store.get_files(downloads, sum(sizes.values()), sizes)
         for (path, local), item in zip(downloads.items(), wanted.values()):
             # Hashed as the bytes landed; a mismatch is confirmed by hashing the file whole.
             if digests[local] != item.digest and digest_file(local) != item.digest:

@@ -271,13 +271,16 @@ class RemoteStore(Store):
                 "put", [str(local) for local in files], [self._full(path) for path in files.values()], callback=callback
             )
 
-    def get_files(self, files: Mapping[str, Path], total_bytes: int = 0, hashed: bool = False) -> dict[Path, str]:
+    def get_files(
+        self, files: Mapping[str, Path], total_bytes: int = 0, sizes: Mapping[str, int] | None = None
+    ) -> dict[Path, str]:
         """Download objects to local files, concurrently where the backend can (`total_bytes`
-        only serves the progress report). `hashed`: also the BLAKE3 of each local file (read
-        back once downloaded here; the GCS store hashes the bytes as they stream in)."""
+        only serves the progress report). For files checked against a manifest, `sizes`
+        gives each one's size there, and the BLAKE3 of each local file is returned (read back
+        once downloaded here; the GCS store hashes the bytes as they stream in)."""
         if files:
             self._get(files, total_bytes)
-        return {local: digest_file(local) for local in files.values()} if hashed else {}
+        return {local: digest_file(local) for local in files.values()} if sizes is not None else {}
 
     @backend_errors
     def _get(self, files: Mapping[str, Path], total_bytes: int) -> None:
