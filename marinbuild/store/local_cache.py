@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from marinbuild.errors import OutputDamaged
-from marinbuild.hashing import digest_file
 from marinbuild.store.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -83,8 +82,7 @@ class LocalCache:
         sizes = {f"{prefix}/{item.path}": item.size for item in wanted.values()}
         digests = store.get_files(downloads, sum(sizes.values()), sizes)
         for (path, local), item in zip(downloads.items(), wanted.values()):
-            # Hashed as the bytes landed; a mismatch is confirmed by hashing the file whole.
-            if digests[local] != item.digest and digest_file(local) != item.digest:
+            if digests[local] != item.digest:  # the digest of the bytes written, as they landed
                 local.unlink()
                 raise OutputDamaged(f"{store.location(path)} does not match its manifest (corrupt); it was not used")
             self._add_blob(local, item.digest)
