@@ -17,19 +17,25 @@
 
 Each transfer round runs marinbuild's and gcsfs's in turn, who goes first alternating, on
 the same objects; the downloads are then timed once more back to back, with no upload
-before them (`download_again_ratio`).
+before them (`download_again_ratio`), together with marinbuild's download without its
+BLAKE3 check (`download_unchecked_again_ratio`), which tells the transfer's cost from the
+check's. With `--link-mbit N`, the same three downloads are timed again over a link of
+N Mbit/s (`download_link_ratio`): the server's port is shaped on the loopback device
+with Linux's traffic control (`tc`, an HTB class and a filter on that one port: other
+traffic is untouched; needs root), as a bucket's network is slower than loopback.
 
 The server's filesystem backend is on this machine: the figures measure marinbuild's cost
 per request and per byte, and the proxy adds the network's latency back.
 
 Usage: ``python bench/store.py [--targets N] [--packages P] [--delays MS,...]
-[--size-mib M] [--small-files N] [--repeat R] [--json-out FILE]``.
+[--size-mib M] [--small-files N] [--repeat R] [--link-mbit N] [--json-out FILE]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import statistics
@@ -38,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -71,8 +77,39 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="rounds of each measurement; transfers alternate who goes first, so an even number "
         "weighs both orders alike (default: %(default)s)",
     )
+    parser.add_argument(
+        "--link-mbit",
+        type=int,
+        default=0,
+        help="also time the downloads over a link of this many Mbit/s (tc on the loopback device; "
+        "needs root; default: not)",
+    )
     parser.add_argument("--json-out", type=Path)
     return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def capped_link(port: int, mbit: int) -> Iterator[None]:
+    """What the server on `port` sends goes at `mbit` Mbit/s, while the block runs: an HTB
+    qdisc on the loopback device, whose default class leaves other traffic unshaped, and a
+    class at the rate with a filter on the port. Removed on the way out."""
+    commands = [
+        "qdisc add dev lo root handle 1: htb default 10",
+        "class add dev lo parent 1: classid 1:10 htb rate 100gbit",
+        f"class add dev lo parent 1: classid 1:20 htb rate {mbit}mbit ceil {mbit}mbit",
+        f"filter add dev lo parent 1: protocol ip prio 1 u32 match ip sport {port} 0xffff flowid 1:20",
+    ]
+    added = False  # a qdisc already there (the command fails) is not ours to delete
+    try:
+        for command in commands:
+            done = subprocess.run(["tc", *command.split()], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"--link-mbit: 'tc {command}' failed (root and tc's htb are needed): {done.stderr}")
+            added = True
+        yield
+    finally:
+        if added:
+            subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root", "handle", "1:"], capture_output=True)
 
 
 class LatencyProxy:
@@ -224,6 +261,7 @@ def large_output(root: Path, bucket: str, args: argparse.Namespace) -> dict[str,
         args.repeat,
         put=lambda fs, remote: fs.put_file(str(staged / "model.bin"), f"{remote}/model.bin"),
         get=lambda fs, remote, local: fs.get_file(f"{remote}/model.bin", str(local)),
+        link_mbit=args.link_mbit,
     )
     return _ratios(times, args.size_mib)
 
@@ -244,6 +282,7 @@ def small_files(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, 
         args.repeat,
         put=lambda fs, remote: fs.put(str(staged), remote, recursive=True),
         get=lambda fs, remote, local: fs.get(remote, str(local), recursive=True),
+        link_mbit=args.link_mbit,
     )
     return _ratios(times, args.small_files * args.small_kib / 1024)
 
@@ -257,6 +296,7 @@ def _transfers(
     repeat: int,
     put: Callable[[Any, str], Any],
     get: Callable[[Any, str, Path], Any],
+    link_mbit: int = 0,
 ) -> dict[str, list[float]]:
     """Times of `repeat` rounds: marinbuild's upload of `staged` and download through its
     local cache, and gcsfs's own `put(fs, remote)` and `get(fs, remote, local)` of the same.
@@ -265,8 +305,11 @@ def _transfers(
     round to round. Each step starts after a `sync`, so that none pays for writing back
     what the step before it wrote. Then `repeat` rounds of the downloads alone, back to
     back (`*_again`): the two compete for the CPU only, where a small machine running the
-    emulator too shows what hashing costs. Each step's CPU time is recorded too, this
-    process's (`*_cpu`) and the server's (`*_server_cpu`)."""
+    emulator too shows what hashing costs. With them, marinbuild's download without its
+    BLAKE3 check (`download_unchecked_again`: the store's `get_files` given no sizes, into
+    a plain directory): what the transfer costs and what the check adds, told apart in the
+    same run. Each step's CPU time is recorded too, this process's (`*_cpu`) and the
+    server's (`*_server_cpu`)."""
     import gcsfs
 
     manifest = hash_tree(staged)
@@ -291,15 +334,26 @@ def _transfers(
         _remove(root / f"cache{attempt}")
         benchlib.log(f"{name}, round {attempt + 1}/{repeat} done")
     stored, local, cache = f"{bucket}/{staged.name}/out/0", root / "again", LocalCache(root / "cache-again")
+    unchecked = {f"out/0/{item.path}": root / "unchecked" / item.path for item in manifest.files}
     again = {
         "download_again": lambda: cache.materialise(store, "out/0", manifest),
         "download_gcsfs_again": lambda: get(fs, stored, local),
+        "download_unchecked_again": lambda: store.get_files(unchecked, manifest.total_bytes),
     }
     for attempt in range(repeat):
         _take_turns(again, attempt, times, server_pid)
-        _remove(local)
-        _remove(root / "cache-again")
+        for path in (local, root / "cache-again", root / "unchecked"):
+            _remove(path)
     benchlib.log(f"{name}, downloads back to back done")
+    if link_mbit:
+        with capped_link(urlsplit(os.environ[EMULATOR]).port, link_mbit):
+            for attempt in range(repeat):
+                _take_turns(
+                    {kind.replace("again", "link"): step for kind, step in again.items()}, attempt, times, server_pid
+                )
+                for path in (local, root / "cache-again", root / "unchecked"):
+                    _remove(path)
+        benchlib.log(f"{name}, downloads over a {link_mbit} Mbit/s link done")
     return times
 
 
@@ -340,6 +394,15 @@ def _ratios(times: dict[str, list[float]], mib: float) -> dict[str, Any]:
         "upload_ratio": medians["upload_gcsfs"] / medians["upload"],
         "download_ratio": medians["download_gcsfs"] / medians["download"],
         "download_again_ratio": medians["download_gcsfs_again"] / medians["download_again"],
+        "download_unchecked_again_ratio": medians["download_gcsfs_again"] / medians["download_unchecked_again"],
+        **(
+            {
+                "download_link_ratio": medians["download_gcsfs_link"] / medians["download_link"],
+                "download_unchecked_link_ratio": medians["download_gcsfs_link"] / medians["download_unchecked_link"],
+            }
+            if "download_link" in medians
+            else {}
+        ),
     }
 
 
@@ -374,17 +437,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(
             f"{name} ({figures['mib']:.0f} MiB): upload {figures['upload_ratio']:.2f} x gcsfs, "
             f"download {figures['download_ratio']:.2f} x gcsfs, back to back "
-            f"{figures['download_again_ratio']:.2f} x gcsfs (throughput; 1 = as fast)"
+            f"{figures['download_again_ratio']:.2f} x gcsfs (throughput; 1 = as fast), without the "
+            f"BLAKE3 check {figures['download_unchecked_again_ratio']:.2f} x gcsfs"
         )
         seconds = figures["seconds"]
         cpu = {
             kind: f"{seconds[kind + '_cpu']:.2f} / {seconds[kind + '_server_cpu']:.2f}"
-            for kind in ("download_again", "download_gcsfs_again")
+            for kind in ("download_again", "download_unchecked_again", "download_gcsfs_again")
         }
         print(
             f"  CPU seconds back to back (this process / the server): marinbuild {cpu['download_again']}, "
-            f"gcsfs {cpu['download_gcsfs_again']}"
+            f"unchecked {cpu['download_unchecked_again']}, gcsfs {cpu['download_gcsfs_again']}"
         )
+        if "download_link_ratio" in figures:
+            print(
+                f"  over a {args.link_mbit} Mbit/s link: download {figures['download_link_ratio']:.2f} x gcsfs, "
+                f"without the BLAKE3 check {figures['download_unchecked_link_ratio']:.2f} x gcsfs "
+                f"(gcsfs {seconds['download_gcsfs_link']:.2f} s)"
+            )
     if args.json_out:
         benchlib.write_json(args.json_out, report)
 

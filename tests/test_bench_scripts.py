@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import cli_env
+from conftest import cli_env, require_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -95,11 +95,30 @@ def test_the_store_benchmark_measures_against_fake_gcs(tmp_path) -> None:
     for name in ("direct", "proxy_0ms", "proxy_5ms"):
         assert data["noop"][name]["requests"] > 0 and _positive(data["noop"][name]["noop_s"]), data["noop"]
     for name in ("large_output", "small_files"):
-        for ratio in ("upload_ratio", "download_ratio", "download_again_ratio"):
+        for ratio in ("upload_ratio", "download_ratio", "download_again_ratio", "download_unchecked_again_ratio"):
             assert _positive(data[name][ratio]), data[name]
         # What each download cost the CPU, here and in the server (counted in 10 ms ticks).
         seconds = data[name]["seconds"]
         assert _positive(seconds["download_again_cpu"]) and seconds["download_again_server_cpu"] >= 0, seconds
+
+
+def test_the_store_benchmark_caps_the_link_of_the_server_alone(tmp_path) -> None:
+    """`--link-mbit` shapes the server's port with tc (root only): a download cannot beat
+    the link it is given, and the shaping is gone afterwards."""
+    tc = require_tool("tc", "the store benchmark shapes a link with Linux traffic control (apt: iproute2)")
+    if os.geteuid() != 0:
+        pytest.skip("shaping the loopback device needs root")
+    mbit, mib = 100, 4
+    args = ("--targets", "10", "--packages", "1", "--delays", "0", "--size-mib", str(mib), "--small-files", "20")
+    data = _run("store.py", tmp_path, *args, "--repeat", "1", "--link-mbit", str(mbit))
+    large = data["large_output"]
+    assert _positive(large["download_link_ratio"]) and _positive(large["download_unchecked_link_ratio"]), large
+    wire_s = mib * 8 * 2**20 / (mbit * 10**6)  # 0.34 s at the link's rate
+    for kind in ("download_link", "download_gcsfs_link", "download_unchecked_link"):
+        assert large["seconds"][kind] > 0.8 * wire_s, (kind, large["seconds"])
+    assert large["seconds"]["download_gcsfs_again"] < 0.8 * wire_s, large["seconds"]  # unshaped before
+    shaped = subprocess.run([tc, "qdisc", "show", "dev", "lo"], capture_output=True, text=True, check=True).stdout
+    assert "htb" not in shaped, shaped
 
 
 def test_the_training_benchmark_runs_both_ways(tmp_path) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from conftest import build_json, keys, run_cli, statuses, write_files
 
+from marinbuild.provenance.in_use import workspaces_in_use
 from marinbuild.store import layout, open_store
+from marinbuild.store.records import Records
 
 BUILD = """\
     genrule(name = "a", outs = ["a.txt", "b.txt"], cmd = "echo {a} > $(RULEDIR)/a.txt; echo beta > $(RULEDIR)/b.txt")
@@ -90,3 +94,68 @@ def test_gc_grace_is_a_duration(make_workspace, tmp_path):
     ws = make_workspace({"pkg/BUILD.marin": BUILD.format(a="x", kept="y")})
     rc, out, err = run_cli(ws, "cache", "gc", "--grace", "soon")
     assert rc == 2 and "not a duration" in err
+
+
+def test_gc_removes_the_records_of_superseded_noops_and_keeps_what_they_protected(make_workspace, store_url, tmp_path):
+    """A daily loop of no-op builds writes one record per command, each listing every
+    target; gc removes those that add nothing to what it keeps (another workspace's, a
+    build that ran something, the newest word on a target stay), and so keeps every key."""
+    store = _store(store_url, tmp_path)
+
+    def build(ws, *patterns: str) -> str:
+        time.sleep(1)  # a build of a later second (ids are stamped to the second)
+        before = set(store.list("invocations"))
+        build_json(ws, *patterns, store=store_url)
+        (record,) = {path for path in store.list("invocations") if path.endswith(".json")} - before
+        return record
+
+    ws = make_workspace({"pkg/BUILD.marin": BUILD.format(a="one", kept="k1")})
+    ran = build(ws, "//pkg:all")
+    superseded = [build(ws, "//pkg:all"), build(ws, "//pkg:all")]
+    last_on_c = build(ws, "//pkg:all")  # the newest record of //pkg:c
+    newest = build(ws, "//pkg:a")
+    teammate = make_workspace({"pkg/BUILD.marin": BUILD.format(a="one", kept="k1")})
+    teammates_only = build(teammate, "//pkg:a")  # all cached, but the only word of that workspace
+    workspace_keys = {layout.key_of(path) for path in store.list("ac")}
+
+    rc, out, err = run_cli(ws, "cache", "gc", "--grace", "1h", store=store_url)
+    assert rc == 0 and "records of" not in out, out + err  # none is older than the grace period
+    rc, out, err = run_cli(ws, "cache", "gc", "--dry-run", "--grace", "0s", store=store_url)
+    assert rc == 0 and "would remove the records of 2 builds" in out, out + err
+    assert all(store.exists(record) for record in superseded)
+
+    rc, out, err = run_cli(ws, "cache", "gc", "--grace", "0s", store=store_url)
+    assert rc == 0 and "removed 0 keys" in out and "removed the records of 2 builds" in out, out + err
+    remaining = {path for path in store.list("invocations") if path.endswith(".json")}
+    assert remaining == {ran, last_on_c, newest, teammates_only}
+    assert not any(
+        path.startswith(tuple(record.removesuffix(".json") for record in superseded))
+        for path in store.list("invocations")
+    )  # their event streams went with them
+    assert {layout.key_of(path) for path in store.list("ac")} == workspace_keys
+
+    rc, out, err = run_cli(ws, "history", "--all", store=store_url)
+    assert rc == 0 and out.count("  invocation ") == 4, out + err
+    rc, out, err = run_cli(ws, "cache", "gc", "--grace", "0s", store=store_url)
+    assert rc == 0 and "removed 0 keys" in out and "records of" not in out, out + err
+
+
+def test_builds_of_one_second_never_supersede_each_other(tmp_path):
+    """Invocation ids are stamped to the second and then ordered by process id, which wraps:
+    of two builds in one second, either may be the newer, so neither drops the other."""
+    store = open_store(str(tmp_path / "store"), tmp_path / "local")
+    records = Records(store)
+
+    def record(invocation_id: str, key: str) -> None:
+        target = {"label": "//pkg:a", "key": key, "status": "cached"}
+        records.write_invocation(
+            {"id": invocation_id, "result": "succeeded", "host": "h", "workspace": "/ws", "targets": [target]}
+        )
+
+    record("20261201T000000Z-0000009-aaaaaa", "k-first")
+    record("20261201T000000Z-0000001-bbbbbb", "k-second")  # ran after it: the process ids wrapped
+    assert workspaces_in_use(store).superseded == []
+    record("20261201T000001Z-0000005-cccccc", "k-second")
+    found = workspaces_in_use(store)
+    assert sorted(found.superseded) == ["20261201T000000Z-0000001-bbbbbb", "20261201T000000Z-0000009-aaaaaa"]
+    assert found.keys == {"k-second"}

@@ -661,7 +661,7 @@ def cache_gc(ctx: click.Context, dry_run: bool, grace: str) -> None:
             "built by a reader who may not write) is not protected: pin it (docs/store.md)",
             err=True,
         )
-    report = maintenance.collect_garbage(session.cache, keep, _duration_s(grace), dry_run)
+    report = maintenance.collect_garbage(session.cache, keep, _duration_s(grace), dry_run, in_use.superseded)
     for experiment, size in sorted(report.bytes_by_experiment.items()):
         click.echo(f"  {experiment}: {size:,} bytes")
     verb = "would remove" if dry_run else "removed"
@@ -673,6 +673,11 @@ def cache_gc(ctx: click.Context, dry_run: bool, grace: str) -> None:
         click.echo(
             f"{verb} {len(report.staging_removed)} staging directories left by killed builders, "
             f"{sum(report.staging_removed.values()):,} bytes"
+        )
+    if report.records_removed:
+        click.echo(
+            f"{verb} the records of {len(report.records_removed)} builds that found everything cached and that "
+            f"newer builds supersede, {sum(report.records_removed.values()):,} bytes ('history' no longer lists them)"
         )
 
 

@@ -12,6 +12,12 @@ supersedes it. Those keys are what `workspaces_in_use` returns; `cache gc` keeps
 What no invocation records is not protected: an output only ever read (a notebook's
 `marinbuild.output()`, a read-only reader's cached build, which is not recorded), or a
 workspace whose builds were never recorded. Pin those (`pins/<key>`).
+
+The same reading finds the records that add nothing to this: a build that found every
+target cached, each of whose targets a newer build of the same workspace recorded again.
+A researcher's daily no-ops are nearly all such records (one per command, listing every
+target: megabytes per build of 10,000 targets), so `cache gc` removes them once they are
+older than its grace period; records of builds that ran, failed or were cut short stay.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ class InUse:
     keys: set[str] = field(default_factory=set)
     workspaces: set[tuple[str, str]] = field(default_factory=set)  # (host, workspace root)
     invocations: int = 0
+    superseded: list[str] = field(default_factory=list)  # ids of all-cached builds that add no key
 
 
 def workspace_of(record: dict) -> tuple[str, str]:
@@ -41,10 +48,15 @@ def workspace_of(record: dict) -> tuple[str, str]:
 
 def workspaces_in_use(store: Store) -> InUse:
     """For each workspace that built into `store`, the key its newest build recorded for
-    each target (built or cached there)."""
+    each target (built or cached there); and the all-cached builds whose every target a
+    build of a later second recorded again (ids are stamped to the second, and order the
+    builds of one second by process id, which is not the order they ran in)."""
     records = Records(store)
     found = InUse()
     newest: dict[tuple[tuple[str, str], str], str] = {}
+    recorded_later: set[tuple[tuple[str, str], str]] = set()  # by builds of a later second
+    this_second: set[tuple[tuple[str, str], str]] = set()
+    second = None
     for invocation_id in reversed(records.invocation_ids()):  # newest first
         record = records.read_invocation(invocation_id)
         if not isinstance(record, dict):
@@ -52,9 +64,24 @@ def workspaces_in_use(store: Store) -> InUse:
         found.invocations += 1
         workspace = workspace_of(record)
         found.workspaces.add(workspace)
-        for target in record.get("targets", []):
-            label, key = target.get("label"), target.get("key")
-            if key and target.get("status") in _USED:
-                newest.setdefault((workspace, label), key)
+        if invocation_id[:16] != second:
+            second, recorded_later, this_second = invocation_id[:16], recorded_later | this_second, set()
+        used = {
+            (workspace, target.get("label")): target["key"]
+            for target in record.get("targets", [])
+            if target.get("key") and target.get("status") in _USED
+        }
+        for pair, key in used.items():
+            newest.setdefault(pair, key)
+        this_second |= used.keys()
+        if used and used.keys() <= recorded_later and _all_cached(record):
+            found.superseded.append(invocation_id)
     found.keys = set(newest.values())
     return found
+
+
+def _all_cached(record: dict) -> bool:
+    """A build that ended and found every target it planned in the cache: it ran nothing."""
+    return record.get("result") == "succeeded" and all(
+        target.get("status") == "cached" for target in record.get("targets", [])
+    )

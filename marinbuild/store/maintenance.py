@@ -7,6 +7,10 @@ pinned (`pins/<key>`), if an invocation younger than the grace period built or u
 it, or if its lease is held right now; otherwise it is swept once its newest activity
 (the entry's publication, else its newest attempt) is older than the grace period.
 The entry is deleted first, so that at no moment does an entry point at missing files.
+
+It also removes the records of builds older than the grace period that the caller names
+as superseded (provenance/in_use.py: builds that ran nothing and whose every target a
+newer build of the same workspace recorded again), with their event streams.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class GcReport:
     kept_held: int = 0
     kept_young: int = 0
     staging_removed: dict[str, int] = field(default_factory=dict)  # attempt id -> bytes
+    records_removed: dict[str, int] = field(default_factory=dict)  # invocation id -> bytes
 
 
 @dataclass(frozen=True)
@@ -139,10 +144,15 @@ def _last_activity(cache: ActionCache, key: str, paths: Iterable[str]) -> tuple[
     return (max(times) if times else None), "(no entry)"
 
 
-def collect_garbage(cache: ActionCache, live: set[str], grace_s: float, dry_run: bool) -> GcReport:
+def collect_garbage(
+    cache: ActionCache, live: set[str], grace_s: float, dry_run: bool, superseded: Iterable[str] = ()
+) -> GcReport:
+    """Sweep what `live`, pins, recent invocations and held leases leave, and the records
+    of the `superseded` invocations older than the grace period."""
     store = cache.store
     now = time.time()
-    objects = _by_key(store.stat_tree(""))
+    tree = store.stat_tree("")
+    objects = _by_key(tree)
     keep = live | {path.removeprefix("pins/") for path in store.list("pins")}
     keep |= _recent_invocation_keys(store, now - grace_s)
     report = GcReport()
@@ -165,6 +175,15 @@ def collect_garbage(cache: ActionCache, live: set[str], grace_s: float, dry_run:
                 store.delete(area)
     if report.removed and not dry_run:
         _sweep_label_index(store, set(report.removed))
+    for invocation_id in superseded:
+        started = _parse_time(invocation_id[:16], _ATTEMPT_TIME)
+        if started is None or started >= now - grace_s:
+            continue
+        paths = [p for p in (layout.invocation(invocation_id), layout.invocation_events(invocation_id)) if p in tree]
+        report.records_removed[invocation_id] = sum(tree[path].size for path in paths)
+        if not dry_run:
+            for path in paths:
+                store.delete(path)
     for leftover in leftover_staging(store, now - grace_s):
         report.staging_removed[leftover.attempt_id] = leftover.bytes
         if not dry_run:
