@@ -401,3 +401,28 @@ def test_store_and_workspace_after_the_command_are_used(make_workspace, tmp_path
     assert not (ws / "other").exists()
     # A store without leases needs --unsafe-no-locking, after the command too.
     marinbuild("build", "//pkg:alone", "--store", "memory://mb", "--unsafe-no-locking", cwd=ws)
+
+
+def test_a_build_on_a_local_store_imports_no_remote_store_machinery(make_workspace):
+    """Start-up is most of a no-op: a build on the local store, cold or cached, must not pay
+    for an event loop, TLS or fsspec (imported by remote stores only)."""
+    ws = make_workspace({"pkg/BUILD.marin": 'genrule(name = "a", outs = ["a.txt"], cmd = "echo a > $@")\n'})
+    script = textwrap.dedent(
+        """\
+        import json, sys
+        from marinbuild.cli.main import cli
+        try:
+            cli(["--workspace", sys.argv[1], "build", "//..."], standalone_mode=False)
+        except SystemExit:
+            pass
+        remote = tuple(sys.argv[2:])
+        print(json.dumps(sorted(name for name in sys.modules if name in remote or name.startswith(remote))))
+        """
+    )
+    remote = ["asyncio", "ssl", "fsspec", "gcsfs", "aiohttp", "marinbuild.store.remote", "marinbuild.store.gcs"]
+    for build in ("cold", "cached"):
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(ws), *remote], capture_output=True, text=True, check=True
+        )
+        imported = json.loads(done.stdout.strip().splitlines()[-1])
+        assert imported == [], (build, imported)

@@ -409,9 +409,9 @@ def test_a_large_download_holds_a_small_part_of_itself_in_memory(gcs_bucket, tmp
     and waited for)."""
     import tracemalloc
 
-    from marinbuild.store import transfers
+    from marinbuild.store import stream_digest
 
-    monkeypatch.setattr(transfers, "_HELD_BYTES", held_mib * 2**20)
+    monkeypatch.setattr(stream_digest, "_HELD_BYTES", held_mib * 2**20)
     staged = tmp_path / "staged"
     staged.mkdir()
     (staged / "big.bin").write_bytes(random.Random(5).randbytes(48 * 2**20))
@@ -426,7 +426,7 @@ def test_a_large_download_holds_a_small_part_of_itself_in_memory(gcs_bucket, tmp
         tracemalloc.stop()
     assert downloaded == {tmp_path / "big.bin": manifest.files[0].digest}
     assert peak < 24 * 2**20, f"{peak / 2**20:.0f} MiB held to download 48 MiB"
-    assert transfers._held.bytes == 0
+    assert stream_digest._held.bytes == 0
 
 
 def test_downloading_many_files_holds_no_buffer_per_file(gcs_bucket, tmp_path):

@@ -33,7 +33,7 @@ from conftest import cli_env, run_cli
 from gcsfs.retry import HttpError
 
 from marinbuild.errors import StoreError, StoreUnavailable
-from marinbuild.store import StoreSpec, layout, open_store, transfers
+from marinbuild.store import StoreSpec, layout, open_store, stream_digest
 from marinbuild.store.deadlines import StorePolicy, call, is_transient
 from marinbuild.store.gcs import GCSStore
 from marinbuild.store.lease_object import LeaseSettings, held_lease
@@ -471,7 +471,7 @@ def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(fa
     fetches = [request for request in proxy.requests if request.startswith("GET") and "alt=media" in request]
     assert sum("big.bin" in request for request in fetches) == 2, fetches
     assert sum("small.bin" in request for request in fetches) == 1, fetches
-    assert transfers._held.bytes == 0
+    assert stream_digest._held.bytes == 0
 
 
 def test_a_download_that_keeps_moving_outlives_the_retry_budget(fake_gcs_server, monkeypatch, tmp_path):
@@ -499,7 +499,7 @@ def test_a_download_that_stalls_midway_gives_up_within_its_budget(fake_gcs_serve
             store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, sizes={"out/ab/k/big.bin": 4 * 2**20})
         assert time.monotonic() - started < 10
         assert proxy.cut, "the answer stopped halfway"
-    assert transfers._held.bytes == 0
+    assert stream_digest._held.bytes == 0
 
 
 def test_a_renewal_that_went_through_unanswered_keeps_the_lease(fake_gcs_server, monkeypatch, tmp_path):

@@ -44,7 +44,8 @@ from marinbuild.store.base import Lease, WaitingFn
 from marinbuild.store.deadlines import StorePolicy
 from marinbuild.store.lease_object import LeaseSettings, current_holder, held_lease
 from marinbuild.store.remote import RemoteStore, backend_errors, backend_writes
-from marinbuild.store.transfers import StreamDigest, transfer_callback
+from marinbuild.store.stream_digest import StreamDigest
+from marinbuild.store.transfers import transfer_callback
 
 _PUBLIC_ENDPOINT = "https://storage.googleapis.com"
 _BOUNDARY = "marinbuild-part"
