@@ -48,15 +48,17 @@ def workspace_of(record: dict) -> tuple[str, str]:
 
 def workspaces_in_use(store: Store) -> InUse:
     """For each workspace that built into `store`, the key its newest build recorded for
-    each target (built or cached there); and the all-cached builds whose every target a
-    build of a later second recorded again (ids are stamped to the second, and order the
-    builds of one second by process id, which is not the order they ran in)."""
+    each target (built or cached there), and every key recorded for it in that build's
+    second; and the all-cached builds whose every target a build of a later second
+    recorded again. Ids are stamped to the second, and order the builds of one second by
+    process id, which wraps: of two builds in one second, either may be the newer."""
     records = Records(store)
     found = InUse()
-    newest: dict[tuple[tuple[str, str], str], str] = {}
+    newest: dict[tuple[tuple[str, str], str], tuple[str, str]] = {}  # (workspace, label) -> (second, key)
+    tied: set[str] = set()  # other keys recorded for a target in the second of its newest
     recorded_later: set[tuple[tuple[str, str], str]] = set()  # by builds of a later second
     this_second: set[tuple[tuple[str, str], str]] = set()
-    second = None
+    second = ""
     for invocation_id in reversed(records.invocation_ids()):  # newest first
         record = records.read_invocation(invocation_id)
         if not isinstance(record, dict):
@@ -72,11 +74,13 @@ def workspaces_in_use(store: Store) -> InUse:
             if target.get("key") and target.get("status") in _USED
         }
         for pair, key in used.items():
-            newest.setdefault(pair, key)
+            found_second, found_key = newest.setdefault(pair, (second, key))
+            if found_second == second and found_key != key:
+                tied.add(key)  # either may be the newer: keep both
         this_second |= used.keys()
         if used and used.keys() <= recorded_later and _all_cached(record):
             found.superseded.append(invocation_id)
-    found.keys = set(newest.values())
+    found.keys = {key for _, key in newest.values()} | tied
     return found
 
 
