@@ -56,9 +56,6 @@ def workspaces_in_use(store: Store) -> InUse:
     found = InUse()
     newest: dict[tuple[tuple[str, str], str], tuple[str, str]] = {}  # (workspace, label) -> (second, key)
     tied: set[str] = set()  # other keys recorded for a target in the second of its newest
-    recorded_later: set[tuple[tuple[str, str], str]] = set()  # by builds of a later second
-    this_second: set[tuple[tuple[str, str], str]] = set()
-    second = ""
     for invocation_id in reversed(records.invocation_ids()):  # newest first
         record = records.read_invocation(invocation_id)
         if not isinstance(record, dict):
@@ -66,19 +63,20 @@ def workspaces_in_use(store: Store) -> InUse:
         found.invocations += 1
         workspace = workspace_of(record)
         found.workspaces.add(workspace)
-        if invocation_id[:16] != second:
-            second, recorded_later, this_second = invocation_id[:16], recorded_later | this_second, set()
+        second = invocation_id[:16]
         used = {
             (workspace, target.get("label")): target["key"]
             for target in record.get("targets", [])
             if target.get("key") and target.get("status") in _USED
         }
+        recorded_later = True  # every target by a build of a later second
         for pair, key in used.items():
             found_second, found_key = newest.setdefault(pair, (second, key))
-            if found_second == second and found_key != key:
-                tied.add(key)  # either may be the newer: keep both
-        this_second |= used.keys()
-        if used and used.keys() <= recorded_later and _all_cached(record):
+            if found_second == second:
+                recorded_later = False
+                if found_key != key:
+                    tied.add(key)  # either may be the newer: keep both
+        if used and recorded_later and _all_cached(record):
             found.superseded.append(invocation_id)
     found.keys = {key for _, key in newest.values()} | tied
     return found
