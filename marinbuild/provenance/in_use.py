@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from marinbuild.store import Records, Store
+from marinbuild.store import Records, Store, attempt_id_time
 
 # Target statuses that say the workspace used the key's output.
 _USED = ("built", "cached")
@@ -54,7 +54,7 @@ def workspaces_in_use(store: Store) -> InUse:
     process id, which wraps: of two builds in one second, either may be the newer."""
     records = Records(store)
     found = InUse()
-    newest: dict[tuple[tuple[str, str], str], tuple[str, str]] = {}  # (workspace, label) -> (second, key)
+    newest: dict[tuple[tuple[str, str], str], tuple[float | None, str]] = {}  # (workspace, label) -> (second, key)
     tied: set[str] = set()  # other keys recorded for a target in the second of its newest
     for invocation_id in reversed(records.invocation_ids()):  # newest first
         record = records.read_invocation(invocation_id)
@@ -63,7 +63,7 @@ def workspaces_in_use(store: Store) -> InUse:
         found.invocations += 1
         workspace = workspace_of(record)
         found.workspaces.add(workspace)
-        second = invocation_id[:16]
+        second = attempt_id_time(invocation_id)
         used = {
             (workspace, target.get("label")): target["key"]
             for target in record.get("targets", [])

@@ -17,6 +17,7 @@ from marinbuild.store.action_cache import (
     Outputs,
     Staging,
     Uploaded,
+    attempt_id_time,
     new_attempt_id,
 )
 from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec
@@ -40,6 +41,7 @@ __all__ = [
     "Store",
     "StoreSpec",
     "Uploaded",
+    "attempt_id_time",
     "new_attempt_id",
     "open_store",
     "parse_store_url",

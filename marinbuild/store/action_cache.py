@@ -13,6 +13,7 @@ entry records; a lookup compares them with one listing, and files are downloaded
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import enum
 import json
@@ -44,10 +45,21 @@ _PARALLEL_LOOKUPS = 32
 LISTING_PAYS_FROM = 32
 
 
+_ID_TIME = "%Y%m%dT%H%M%SZ"  # the stamp that begins attempt and invocation ids
+
+
 def new_attempt_id() -> str:
     """Sortable by time, unique across machines. The pid is zero-padded so that, within one
     second, ids sort as numbers and not as strings ('9999' after '10000')."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid():07d}-{secrets.token_hex(3)}"
+    return time.strftime(_ID_TIME, time.gmtime()) + f"-{os.getpid():07d}-{secrets.token_hex(3)}"
+
+
+def attempt_id_time(attempt_id: str) -> float | None:
+    """When an attempt or invocation id was made, to the second (None if it is not one)."""
+    try:
+        return float(calendar.timegm(time.strptime(attempt_id[:16], _ID_TIME)))
+    except ValueError:
+        return None
 
 
 class AttemptStatus(str, enum.Enum):

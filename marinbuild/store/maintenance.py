@@ -28,11 +28,10 @@ from pathlib import Path
 
 from marinbuild.errors import StoreReadOnly
 from marinbuild.store import layout
-from marinbuild.store.action_cache import ActionCache, CacheEntry, new_attempt_id
+from marinbuild.store.action_cache import ActionCache, CacheEntry, attempt_id_time, new_attempt_id
 from marinbuild.store.base import ObjectStat, Store
 from marinbuild.store.records import Records
 
-_ATTEMPT_TIME = "%Y%m%dT%H%M%SZ"  # the prefix of attempt and invocation ids
 _ENTRY_TIME = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -121,7 +120,7 @@ def _recent_invocation_keys(store: Store, since: float) -> set[str]:
     for path in store.list("invocations"):
         if not path.endswith(".json"):
             continue  # an event stream
-        started = _parse_time(path.removeprefix("invocations/")[:16], _ATTEMPT_TIME)
+        started = attempt_id_time(path.removeprefix("invocations/"))
         if started is not None and started < since:
             continue
         data = store.read_bytes(path)
@@ -139,8 +138,8 @@ def _last_activity(cache: ActionCache, key: str, paths: Iterable[str]) -> tuple[
     if isinstance(entry, CacheEntry):
         experiment = entry.label.partition(":")[0]  # the package: `//exp/tutorial`
         return _parse_time(str(entry.provenance.get("finished", "")), _ENTRY_TIME), experiment
-    attempts = [path.rsplit("/", 1)[1][:16] for path in paths if path.startswith("attempts/")]
-    times = [t for t in (_parse_time(stamp, _ATTEMPT_TIME) for stamp in attempts) if t is not None]
+    attempts = [path.rsplit("/", 1)[1] for path in paths if path.startswith("attempts/")]
+    times = [t for t in (attempt_id_time(name) for name in attempts) if t is not None]
     return (max(times) if times else None), "(no entry)"
 
 
@@ -176,7 +175,7 @@ def collect_garbage(
     if report.removed and not dry_run:
         _sweep_label_index(store, set(report.removed))
     for invocation_id in superseded:
-        started = _parse_time(invocation_id[:16], _ATTEMPT_TIME)
+        started = attempt_id_time(invocation_id)
         if started is None or started >= now - grace_s:
             continue
         paths = [p for p in (layout.invocation(invocation_id), layout.invocation_events(invocation_id)) if p in tree]
