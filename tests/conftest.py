@@ -22,6 +22,8 @@ import blake3
 import click
 import pytest
 
+from marinbuild.store.manifest import Manifest
+
 # A generous per-command limit: a hung build must fail the test, not the whole run.
 CLI_TIMEOUT_S = 60
 
@@ -208,6 +210,16 @@ def attempt_records(store: Path, key: str) -> list[dict[str, Any]]:
 def attempt_logs(store: Path, key: str) -> list[Path]:
     directory = store / "attempts" / key[:2] / key
     return sorted(directory.glob("*.log")) if directory.exists() else []
+
+
+def manifest_sizes(manifest: Manifest, prefix: str) -> dict[str, int]:
+    """The sizes `get_files` checks the files of `manifest`, stored under `prefix`, against."""
+    return {f"{prefix}/{item.path}": item.size for item in manifest.files}
+
+
+def manifest_digests(manifest: Manifest, local: Path) -> dict[Path, str]:
+    """What `get_files(..., sizes=...)` answers for all of `manifest` downloaded to `local`."""
+    return {local / item.path: item.digest for item in manifest.files}
 
 
 def invocations(store: Path) -> list[Path]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import blake3
 import pytest
-from conftest import CLI_TIMEOUT_S, build_json, run_cli, start_cli, statuses
+from conftest import CLI_TIMEOUT_S, build_json, manifest_digests, manifest_sizes, run_cli, start_cli, statuses
 
 from marinbuild import provenance
 from marinbuild.errors import OutputDamaged, StoreError
@@ -23,7 +23,7 @@ from marinbuild.store import AttemptStatus, layout, open_store, reporting_transf
 from marinbuild.store.gcs import GCSStore
 from marinbuild.store.lease_object import LeaseSettings, held_lease
 from marinbuild.store.local_cache import LocalCache
-from marinbuild.store.manifest import Manifest, hash_tree
+from marinbuild.store.manifest import hash_tree
 
 TTL_S = 3.0  # short leases: a takeover test waits one expiry
 
@@ -37,11 +37,6 @@ def gcs_store(bucket: str, tmp_path: Path, prefix: str = "mb") -> GCSStore:
     store = open_store(f"gs://{bucket}/{prefix}", tmp_path / "local")
     assert isinstance(store, GCSStore)
     return store
-
-
-def sizes(manifest: Manifest, prefix: str) -> dict[str, int]:
-    """The sizes `get_files` checks the files of `manifest`, stored under `prefix`, against."""
-    return {f"{prefix}/{item.path}": item.size for item in manifest.files}
 
 
 def bucket_entries(fs, root: str) -> list[dict]:
@@ -365,9 +360,10 @@ def test_a_large_download_is_hashed_as_it_lands(gcs_bucket, fake_gcs_server, tmp
     store = gcs_store(gcs_bucket, tmp_path)
     store.put_dir(staged, "out/big", manifest)
     downloaded = store.get_files(
-        {f"out/big/{item.path}": tmp_path / item.path for item in manifest.files}, sizes=sizes(manifest, "out/big")
+        {f"out/big/{item.path}": tmp_path / item.path for item in manifest.files},
+        sizes=manifest_sizes(manifest, "out/big"),
     )
-    assert downloaded == {tmp_path / item.path: item.digest for item in manifest.files}
+    assert downloaded == manifest_digests(manifest, tmp_path)
     if damaged:
         data = bytearray((staged / "big.bin").read_bytes())
         data[11 * 2**20] ^= 0x01
@@ -420,7 +416,9 @@ def test_a_large_download_holds_a_small_part_of_itself_in_memory(gcs_bucket, tmp
     store.put_dir(staged, "out/large", manifest)
     tracemalloc.start()
     try:
-        downloaded = store.get_files({"out/large/big.bin": tmp_path / "big.bin"}, sizes=sizes(manifest, "out/large"))
+        downloaded = store.get_files(
+            {"out/large/big.bin": tmp_path / "big.bin"}, sizes=manifest_sizes(manifest, "out/large")
+        )
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -445,11 +443,11 @@ def test_downloading_many_files_holds_no_buffer_per_file(gcs_bucket, tmp_path):
     files = {f"out/many/{item.path}": tmp_path / "got" / item.path for item in manifest.files}
     tracemalloc.start()
     try:
-        downloaded = store.get_files(files, sizes=sizes(manifest, "out/many"))
+        downloaded = store.get_files(files, sizes=manifest_sizes(manifest, "out/many"))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert downloaded == {tmp_path / "got" / item.path: item.digest for item in manifest.files}
+    assert downloaded == manifest_digests(manifest, tmp_path / "got")
     assert peak < 16 * 2**20, f"{peak / 2**20:.0f} MiB held to download 200 files of 1 KiB"
 
 

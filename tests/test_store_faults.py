@@ -29,7 +29,7 @@ import aiohttp
 import blake3
 import pytest
 import requests
-from conftest import cli_env, run_cli
+from conftest import cli_env, manifest_digests, manifest_sizes, run_cli
 from gcsfs.retry import HttpError
 
 from marinbuild.errors import StoreError, StoreUnavailable
@@ -445,16 +445,6 @@ def _through(proxy: FaultyProxy, monkeypatch) -> Iterator[FaultyProxy]:
         proxy.close()
 
 
-def _sizes(manifest: Manifest) -> dict[str, int]:
-    """The sizes `get_files` checks the files of `_stored_output`'s `manifest` against."""
-    return {f"out/ab/k/{item.path}": item.size for item in manifest.files}
-
-
-def _downloaded(manifest: Manifest, local: Path) -> dict[Path, str]:
-    """What `get_files(..., sizes=...)` answers for all of `manifest` downloaded to `local`."""
-    return {local / item.path: item.digest for item in manifest.files}
-
-
 def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(fake_gcs_server, monkeypatch, tmp_path):
     """The connection closes halfway through a large object: the download is tried again,
     the digests are those of the whole files, the file that had landed is not fetched
@@ -465,7 +455,9 @@ def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(fa
     ) as proxy:
         store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=15)
         files = {f"out/ab/k/{item.path}": tmp_path / "got" / item.path for item in manifest.files}
-        assert store.get_files(files, sizes=_sizes(manifest)) == _downloaded(manifest, tmp_path / "got")
+        assert store.get_files(files, sizes=manifest_sizes(manifest, "out/ab/k")) == manifest_digests(
+            manifest, tmp_path / "got"
+        )
         assert proxy.cut, "the first download of big.bin was broken off"
     assert (tmp_path / "got" / "big.bin").read_bytes() == (tmp_path / "staged" / "big.bin").read_bytes()
     fetches = [request for request in proxy.requests if request.startswith("GET") and "alt=media" in request]
@@ -481,9 +473,9 @@ def test_a_download_that_keeps_moving_outlives_the_retry_budget(fake_gcs_server,
     with _through(FaultyProxy(fake_gcs_server.url, trickle=lambda method, path: "big.bin" in path), monkeypatch):
         store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=1.5)
         started = time.monotonic()
-        assert store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, sizes=_sizes(manifest)) == _downloaded(
-            manifest, tmp_path
-        )
+        assert store.get_files(
+            {"out/ab/k/big.bin": tmp_path / "big.bin"}, sizes=manifest_sizes(manifest, "out/ab/k")
+        ) == manifest_digests(manifest, tmp_path)
         elapsed = time.monotonic() - started
     assert elapsed > 2 * 1.5, f"took {elapsed:.1f} s: the answer was not trickled"
 
