@@ -340,19 +340,18 @@ def _transfers(
         "download_gcsfs_again": lambda: get(fs, stored, local),
         "download_unchecked_again": lambda: store.get_files(unchecked, manifest.total_bytes),
     }
-    for attempt in range(repeat):
-        _take_turns(again, attempt, times, server_pid)
-        for path in (local, root / "cache-again", root / "unchecked"):
-            _remove(path)
+
+    def back_to_back(steps: dict[str, Callable[[], Any]]) -> None:
+        for attempt in range(repeat):
+            _take_turns(steps, attempt, times, server_pid)
+            for path in (local, root / "cache-again", root / "unchecked"):
+                _remove(path)
+
+    back_to_back(again)
     benchlib.log(f"{name}, downloads back to back done")
     if link_mbit:
         with capped_link(urlsplit(os.environ[EMULATOR]).port, link_mbit):
-            for attempt in range(repeat):
-                _take_turns(
-                    {kind.replace("again", "link"): step for kind, step in again.items()}, attempt, times, server_pid
-                )
-                for path in (local, root / "cache-again", root / "unchecked"):
-                    _remove(path)
+            back_to_back({kind.replace("again", "link"): step for kind, step in again.items()})
         benchlib.log(f"{name}, downloads over a {link_mbit} Mbit/s link done")
     return times
 
