@@ -22,13 +22,18 @@ BLAKE3 check (`download_unchecked_again_ratio`), which tells the transfer's cost
 check's. With `--link-mbit N`, the same three downloads are timed again over a link of
 N Mbit/s (`download_link_ratio`): the server's port is shaped on the loopback device
 with Linux's traffic control (`tc`, an HTB class and a filter on that one port: other
-traffic is untouched; needs root), as a bucket's network is slower than loopback.
+traffic is untouched; needs root), as a bucket's network is slower than loopback. With
+`--one-core`, they are timed again with every thread of this process and of the server
+held on one core (`download_one_core_ratio`): the wall time is then the CPU that client and
+server spend together, which repeats from run to run where two cores shared with the
+server do not, and tells what the check costs in CPU.
 
 The server's filesystem backend is on this machine: the figures measure marinbuild's cost
 per request and per byte, and the proxy adds the network's latency back.
 
 Usage: ``python bench/store.py [--targets N] [--packages P] [--delays MS,...]
-[--size-mib M] [--small-files N] [--repeat R] [--link-mbit N] [--json-out FILE]``.
+[--size-mib M] [--small-files N] [--repeat R] [--link-mbit N] [--one-core]
+[--json-out FILE]``.
 """
 
 from __future__ import annotations
@@ -84,6 +89,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="also time the downloads over a link of this many Mbit/s (tc on the loopback device; "
         "needs root; default: not)",
     )
+    parser.add_argument(
+        "--one-core",
+        action="store_true",
+        help="also time the downloads with this process and the server held on one core",
+    )
     parser.add_argument("--json-out", type=Path)
     return parser.parse_args(argv)
 
@@ -110,6 +120,28 @@ def capped_link(port: int, mbit: int) -> Iterator[None]:
     finally:
         if added:
             subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root", "handle", "1:"], capture_output=True)
+
+
+def _threads(pid: int) -> list[int]:
+    return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+
+
+@contextlib.contextmanager
+def on_one_core(pid: int) -> Iterator[int]:
+    """Every thread of this process and of process `pid` on one core, while the block runs
+    (threads started meanwhile inherit it); yields how many threads were moved. Afterwards
+    every thread of both may run on any core this process could use before."""
+    allowed = os.sched_getaffinity(0)
+    core = {min(allowed)}
+    threads = _threads(os.getpid()) + _threads(pid)
+    try:
+        for tid in threads:
+            os.sched_setaffinity(tid, core)
+        yield len(threads)
+    finally:
+        for tid in _threads(os.getpid()) + _threads(pid):
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(tid, allowed)
 
 
 class LatencyProxy:
@@ -262,6 +294,7 @@ def large_output(root: Path, bucket: str, args: argparse.Namespace) -> dict[str,
         put=lambda fs, remote: fs.put_file(str(staged / "model.bin"), f"{remote}/model.bin"),
         get=lambda fs, remote, local: fs.get_file(f"{remote}/model.bin", str(local)),
         link_mbit=args.link_mbit,
+        one_core=args.one_core,
     )
     return _ratios(times, args.size_mib)
 
@@ -283,6 +316,7 @@ def small_files(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, 
         put=lambda fs, remote: fs.put(str(staged), remote, recursive=True),
         get=lambda fs, remote, local: fs.get(remote, str(local), recursive=True),
         link_mbit=args.link_mbit,
+        one_core=args.one_core,
     )
     return _ratios(times, args.small_files * args.small_kib / 1024)
 
@@ -297,6 +331,7 @@ def _transfers(
     put: Callable[[Any, str], Any],
     get: Callable[[Any, str, Path], Any],
     link_mbit: int = 0,
+    one_core: bool = False,
 ) -> dict[str, list[float]]:
     """Times of `repeat` rounds: marinbuild's upload of `staged` and download through its
     local cache, and gcsfs's own `put(fs, remote)` and `get(fs, remote, local)` of the same.
@@ -309,7 +344,8 @@ def _transfers(
     BLAKE3 check (`download_unchecked_again`: the store's `get_files` given no sizes, into
     a plain directory): what the transfer costs and what the check adds, told apart in the
     same run. Each step's CPU time is recorded too, this process's (`*_cpu`) and the
-    server's (`*_server_cpu`)."""
+    server's (`*_server_cpu`). The same three downloads again over a link of `link_mbit`
+    (`*_link`), and with both processes on one core (`*_one_core`), where asked for."""
     import gcsfs
 
     manifest = hash_tree(staged)
@@ -353,6 +389,10 @@ def _transfers(
         with capped_link(urlsplit(os.environ[EMULATOR]).port, link_mbit):
             back_to_back({kind.replace("again", "link"): step for kind, step in again.items()})
         benchlib.log(f"{name}, downloads over a {link_mbit} Mbit/s link done")
+    if one_core:
+        with on_one_core(server_pid) as moved:
+            back_to_back({kind.replace("again", "one_core"): step for kind, step in again.items()})
+        benchlib.log(f"{name}, downloads on one core done ({moved} threads held there)")
     return times
 
 
@@ -400,6 +440,16 @@ def _ratios(times: dict[str, list[float]], mib: float) -> dict[str, Any]:
                 "download_unchecked_link_ratio": medians["download_gcsfs_link"] / medians["download_unchecked_link"],
             }
             if "download_link" in medians
+            else {}
+        ),
+        **(
+            {
+                "download_one_core_ratio": medians["download_gcsfs_one_core"] / medians["download_one_core"],
+                "download_unchecked_one_core_ratio": (
+                    medians["download_gcsfs_one_core"] / medians["download_unchecked_one_core"]
+                ),
+            }
+            if "download_one_core" in medians
             else {}
         ),
     }
@@ -453,6 +503,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"  over a {args.link_mbit} Mbit/s link: download {figures['download_link_ratio']:.2f} x gcsfs, "
                 f"without the BLAKE3 check {figures['download_unchecked_link_ratio']:.2f} x gcsfs "
                 f"(gcsfs {seconds['download_gcsfs_link']:.2f} s)"
+            )
+        if "download_one_core_ratio" in figures:
+            print(
+                f"  on one core: download {figures['download_one_core_ratio']:.2f} x gcsfs, without the BLAKE3 "
+                f"check {figures['download_unchecked_one_core_ratio']:.2f} x gcsfs "
+                f"(gcsfs {seconds['download_gcsfs_one_core']:.2f} s)"
             )
     if args.json_out:
         benchlib.write_json(args.json_out, report)
