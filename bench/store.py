@@ -377,11 +377,13 @@ def _transfers(
         "download_unchecked_again": lambda: store.get_files(unchecked, manifest.total_bytes),
     }
 
+    def removed() -> None:
+        for path in (local, root / "cache-again", root / "unchecked"):
+            _remove(path)
+
     def back_to_back(steps: dict[str, Callable[[], Any]]) -> None:
         for attempt in range(repeat):
-            _take_turns(steps, attempt, times, server_pid)
-            for path in (local, root / "cache-again", root / "unchecked"):
-                _remove(path)
+            _take_turns(steps, attempt, times, server_pid, after=removed)
 
     back_to_back(again)
     benchlib.log(f"{name}, downloads back to back done")
@@ -397,17 +399,27 @@ def _transfers(
 
 
 def _take_turns(
-    steps: dict[str, Callable[[], Any]], attempt: int, times: dict[str, list[float]], server_pid: int
+    steps: dict[str, Callable[[], Any]],
+    attempt: int,
+    times: dict[str, list[float]],
+    server_pid: int,
+    after: Callable[[], Any] = lambda: None,
 ) -> None:
     """Time each step (wall, and the CPU of this process and of the server), in the given
     order in even rounds and the other way in odd ones. Each starts with nothing left to
-    write back (`sync`): else a step pays for the gigabyte the step before it wrote."""
+    write back (`sync`): else a step pays for the gigabyte the step before it wrote.
+    `after` runs, untimed, after each step: the back-to-back downloads delete what each
+    wrote there, so that every step starts from the same memory. Deleted once per round
+    instead, the download that ran third took up to twice the CPU of the same one run
+    first (run 9 in docs/benchmarks.md; the VM runs DAMON's `pageout` reclaim, which may
+    be why), and gcsfs's, always second of three, never ran third."""
     for kind in list(steps) if attempt % 2 == 0 else list(reversed(steps)):
         os.sync()
         cpu, server_cpu = time.process_time(), _cpu_seconds(server_pid)
         times.setdefault(kind, []).append(timed(steps[kind]))
         times.setdefault(f"{kind}_cpu", []).append(time.process_time() - cpu)
         times.setdefault(f"{kind}_server_cpu", []).append(_cpu_seconds(server_pid) - server_cpu)
+        after()
 
 
 def _cpu_seconds(pid: int) -> float:
