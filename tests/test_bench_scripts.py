@@ -19,6 +19,8 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,11 +93,18 @@ def test_workspace_benchmarks_measure_at_a_toy_size(tmp_path, script, args, figu
 
 def test_the_store_benchmark_measures_against_fake_gcs(tmp_path) -> None:
     args = ("--targets", "40", "--packages", "2", "--delays", "0,5", "--size-mib", "4", "--small-files", "50")
-    data = _run("store.py", tmp_path, *args, "--repeat", "1")
+    data = _run("store.py", tmp_path, *args, "--repeat", "1", "--one-core")
     for name in ("direct", "proxy_0ms", "proxy_5ms"):
         assert data["noop"][name]["requests"] > 0 and _positive(data["noop"][name]["noop_s"]), data["noop"]
     for name in ("large_output", "small_files"):
-        for ratio in ("upload_ratio", "download_ratio", "download_again_ratio", "download_unchecked_again_ratio"):
+        for ratio in (
+            "upload_ratio",
+            "download_ratio",
+            "download_again_ratio",
+            "download_unchecked_again_ratio",
+            "download_one_core_ratio",
+            "download_unchecked_one_core_ratio",
+        ):
             assert _positive(data[name][ratio]), data[name]
         # What each download cost the CPU, here and in the server (counted in 10 ms ticks).
         seconds = data[name]["seconds"]
@@ -119,6 +128,39 @@ def test_the_store_benchmark_caps_the_link_of_the_server_alone(tmp_path) -> None
     assert large["seconds"]["download_gcsfs_again"] < 0.8 * wire_s, large["seconds"]  # unshaped before
     shaped = subprocess.run([tc, "qdisc", "show", "dev", "lo"], capture_output=True, text=True, check=True).stdout
     assert "htb" not in shaped, shaped
+
+
+def test_one_core_holds_both_processes_there_and_lets_them_go_afterwards(monkeypatch) -> None:
+    """`--one-core` moves every thread of the benchmark and of the server to one core, and
+    gives both back every core afterwards (else the measurements after it run on one)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    store = importlib.import_module("store")
+    allowed = os.sched_getaffinity(0)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); time.sleep(60)",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(os.listdir(f"/proc/{server.pid}/task")) < 2:  # its second thread has started
+            assert time.monotonic() < deadline and server.poll() is None, "the stand-in server did not start"
+            time.sleep(0.01)
+        threads = [int(tid) for pid in (os.getpid(), server.pid) for tid in os.listdir(f"/proc/{pid}/task")]
+        with store.on_one_core(server.pid) as moved:
+            assert moved >= len(threads)
+            held: list[set[int]] = []
+            started = threading.Thread(target=lambda: held.append(os.sched_getaffinity(0)))
+            started.start()
+            started.join()
+            assert {frozenset(os.sched_getaffinity(tid)) for tid in threads} == {frozenset({min(allowed)})}
+            assert held == [{min(allowed)}]  # a thread started meanwhile inherits the core
+        assert all(os.sched_getaffinity(tid) == allowed for tid in threads)
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_the_training_benchmark_runs_both_ways(tmp_path) -> None:
