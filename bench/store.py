@@ -377,13 +377,13 @@ def _transfers(
         "download_unchecked_again": lambda: store.get_files(unchecked, manifest.total_bytes),
     }
 
-    def removed() -> None:
+    def delete_downloads() -> None:
         for path in (local, root / "cache-again", root / "unchecked"):
             _remove(path)
 
     def back_to_back(steps: dict[str, Callable[[], Any]]) -> None:
         for attempt in range(repeat):
-            _take_turns(steps, attempt, times, server_pid, after=removed)
+            _take_turns(steps, attempt, times, server_pid, after=delete_downloads)
 
     back_to_back(again)
     benchlib.log(f"{name}, downloads back to back done")
