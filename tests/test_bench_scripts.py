@@ -148,7 +148,7 @@ def test_one_core_holds_both_processes_there_and_lets_them_go_afterwards(monkeyp
         while len(os.listdir(f"/proc/{server.pid}/task")) < 2:  # its second thread has started
             assert time.monotonic() < deadline and server.poll() is None, "the stand-in server did not start"
             time.sleep(0.01)
-        threads = [int(tid) for pid in (os.getpid(), server.pid) for tid in os.listdir(f"/proc/{pid}/task")]
+        threads = store._threads(os.getpid()) + store._threads(server.pid)
         with store.on_one_core(server.pid) as moved:
             assert moved >= len(threads)
             held: list[set[int]] = []
