@@ -295,6 +295,23 @@ def gcs_bucket(fake_gcs_server, monkeypatch) -> str:
     return fake_gcs_server.new_bucket()
 
 
+# The two ways the GCS store receives an object: on a thread with a connection of its own
+# (objects of `OWN_CONNECTION_BYTES` or more), or on gcsfs's event loop through aiohttp's
+# pool (the smaller ones). Tests of downloads run both, on objects of a few MiB: with the
+# threshold at 1 MiB (small files of the same download still take the pool) and past
+# every object.
+DOWNLOAD_PATHS = {"own connection": 1 << 20, "shared pool": 1 << 62}
+
+
+@pytest.fixture(params=list(DOWNLOAD_PATHS))
+def download_path(request, monkeypatch) -> str:
+    """Downloads in this test go by the path named (DOWNLOAD_PATHS)."""
+    from marinbuild.store import large_download
+
+    monkeypatch.setattr(large_download, "OWN_CONNECTION_BYTES", DOWNLOAD_PATHS[request.param])
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A local Ray cluster (2 CPUs, this machine only) shared by the tests of one worker; its address."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -19,7 +20,7 @@ from conftest import CLI_TIMEOUT_S, build_json, manifest_digests, manifest_sizes
 
 from marinbuild import provenance
 from marinbuild.errors import OutputDamaged, StoreError
-from marinbuild.store import AttemptStatus, layout, open_store, reporting_transfers
+from marinbuild.store import AttemptStatus, StoreSpec, large_download, layout, open_store, reporting_transfers
 from marinbuild.store.gcs import GCSStore
 from marinbuild.store.lease_object import LeaseSettings, held_lease
 from marinbuild.store.local_cache import LocalCache
@@ -346,11 +347,9 @@ def test_damaged_stored_output_is_never_served_and_is_rebuilt(make_workspace, gc
 
 
 @pytest.mark.parametrize("damaged", [False, True])
-def test_a_large_download_is_hashed_as_it_lands(gcs_bucket, fake_gcs_server, tmp_path, damaged):
-    """Files of several batches (the bytes go to the hashing thread a few MiB at a time
-    while the download runs, the rest is hashed when it ends) get the digest of their
-    bytes; a byte changed in the middle of one, in a batch the hashing thread hashes, is
-    never taken into the local cache."""
+def test_a_large_download_is_hashed_as_it_lands(gcs_bucket, fake_gcs_server, tmp_path, damaged, download_path):
+    """Files of many reads of the socket get the digest of their bytes, by either path; a
+    byte changed in the middle of one is never taken into the local cache."""
     staged = tmp_path / "staged"
     staged.mkdir()
     rng = random.Random(7)
@@ -379,9 +378,14 @@ def test_a_large_download_is_hashed_as_it_lands(gcs_bucket, fake_gcs_server, tmp
         assert (tree / "big.bin").read_bytes() == (staged / "big.bin").read_bytes()
 
 
-def test_an_object_replaced_by_a_larger_one_is_not_downloaded_whole(gcs_bucket, fake_gcs_server, tmp_path):
-    """A teammate replaced a 1 KiB output by 64 MiB: the download stops a chunk past the
-    manifest's size, and the output is damaged, never taken into the local cache."""
+def test_an_object_replaced_by_a_larger_one_is_not_downloaded_whole(
+    gcs_bucket, fake_gcs_server, tmp_path, monkeypatch, download_path
+):
+    """A teammate replaced a 1 KiB output by 64 MiB: the download, by either path, stops
+    a read past the manifest's size, and the output is damaged, never taken into the local
+    cache. (Which path is chosen by the manifest's size, the size the object should have.)"""
+    if download_path == "own connection":
+        monkeypatch.setattr(large_download, "OWN_CONNECTION_BYTES", 1024)
     staged = tmp_path / "staged"
     staged.mkdir()
     (staged / "weights.bin").write_bytes(b"w" * 1024)
@@ -397,17 +401,92 @@ def test_an_object_replaced_by_a_larger_one_is_not_downloaded_whole(gcs_bucket, 
     assert not [path for path in (tmp_path / "cache").rglob("*") if path.is_file()]
 
 
-@pytest.mark.parametrize("held_mib", [64, 1])
-def test_a_large_download_holds_a_small_part_of_itself_in_memory(gcs_bucket, tmp_path, monkeypatch, held_mib):
-    """Bytes are hashed from memory as they arrive, handed to the hashing thread in
-    batches: a download holds a few batches, not the object (here 48 MiB), also when the
-    budget for held bytes is smaller than a batch (each chunk is then handed off at once
-    and waited for)."""
+def _self_signed(directory: Path) -> Path:
+    """A certificate and key for 127.0.0.1 (one PEM file), signed by themselves."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = directory / "server.pem"
+    pem.write_bytes(
+        certificate.public_bytes(serialization.Encoding.PEM)
+        + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return pem
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_a_large_download_over_tls_checks_the_servers_certificate(tmp_path, monkeypatch, trusted):
+    """GCS is reached over HTTPS: a large object's own connection verifies the server's
+    certificate against the machine's trusted ones, as aiohttp's does. Trusted, the object
+    lands with its digest; untrusted, the download is refused at once (not tried again
+    for the retry budget) and the store names itself."""
+    import ssl
+
+    body = random.Random(3).randbytes(3 * 2**20 + 5)
+
+    class Objects(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    pem = _self_signed(tmp_path)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Objects)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(pem)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"https://127.0.0.1:{server.server_port}")
+    if trusted:
+        monkeypatch.setenv("SSL_CERT_FILE", str(pem))  # read by the default context
+    monkeypatch.setattr(large_download, "_tls", functools.cache(large_download._tls.__wrapped__))
+    monkeypatch.setattr(large_download, "OWN_CONNECTION_BYTES", 1 << 20)
+    store = open_store(StoreSpec("gs://b/mb", timeout_s=5, retry_budget_s=30), tmp_path / "local")
+    files, sizes = {"out/x.bin": tmp_path / "x.bin"}, {"out/x.bin": len(body)}
+    try:
+        if trusted:
+            assert store.get_files(files, sizes=sizes) == {tmp_path / "x.bin": blake3.blake3(body).hexdigest()}
+            assert (tmp_path / "x.bin").read_bytes() == body
+        else:
+            started = time.monotonic()
+            with pytest.raises(StoreError, match="gs://b/mb") as refused:
+                store.get_files(files, sizes=sizes)
+            assert "CERTIFICATE_VERIFY_FAILED" in str(refused.value), refused.value
+            assert time.monotonic() - started < 5, "an untrusted server was tried again"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_large_download_holds_a_small_part_of_itself_in_memory(gcs_bucket, tmp_path, download_path):
+    """Bytes are hashed from memory as they arrive, by either path: a download holds a
+    buffer or a few chunks, never the object (here 48 MiB)."""
     import tracemalloc
 
-    from marinbuild.store import stream_digest
-
-    monkeypatch.setattr(stream_digest, "_HELD_BYTES", held_mib * 2**20)
     staged = tmp_path / "staged"
     staged.mkdir()
     (staged / "big.bin").write_bytes(random.Random(5).randbytes(48 * 2**20))
@@ -424,7 +503,6 @@ def test_a_large_download_holds_a_small_part_of_itself_in_memory(gcs_bucket, tmp
         tracemalloc.stop()
     assert downloaded == {tmp_path / "big.bin": manifest.files[0].digest}
     assert peak < 24 * 2**20, f"{peak / 2**20:.0f} MiB held to download 48 MiB"
-    assert stream_digest._held.bytes == 0
 
 
 def test_downloading_many_files_holds_no_buffer_per_file(gcs_bucket, tmp_path):

@@ -33,7 +33,7 @@ from conftest import cli_env, manifest_digests, manifest_sizes, run_cli
 from gcsfs.retry import HttpError
 
 from marinbuild.errors import StoreError, StoreUnavailable
-from marinbuild.store import StoreSpec, layout, open_store, stream_digest
+from marinbuild.store import StoreSpec, large_download, layout, open_store
 from marinbuild.store.deadlines import StorePolicy, call, is_transient
 from marinbuild.store.gcs import GCSStore
 from marinbuild.store.lease_object import LeaseSettings, held_lease
@@ -259,6 +259,7 @@ TRANSIENT = {
     "socket timeout": aiohttp.SocketTimeoutError("Timeout on reading data from socket"),
     "connection reset": ConnectionResetError(104, "Connection reset by peer"),
     "server disconnected": aiohttp.ServerDisconnectedError(),
+    "answer cut short (http.client)": http.client.IncompleteRead(b"", 1000),
     "408": _http(408),
     "429": _http(429),
     "500": _http(500),
@@ -389,6 +390,9 @@ OPERATIONS: dict[str, Callable[[GCSStore, Path], object]] = {
     "delete": lambda store, _: store.delete("out/ab/k"),
     "upload": _put_dir,
     "download": lambda store, tmp: store.get_files({"out/ab/k/x": tmp / "x"}),
+    "large download": lambda store, tmp: store.get_files(
+        {"out/ab/k/x": tmp / "x"}, sizes={"out/ab/k/x": large_download.OWN_CONNECTION_BYTES}
+    ),
     "lease": _hold_lease,
 }
 
@@ -445,10 +449,12 @@ def _through(proxy: FaultyProxy, monkeypatch) -> Iterator[FaultyProxy]:
         proxy.close()
 
 
-def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(fake_gcs_server, monkeypatch, tmp_path):
+def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(
+    fake_gcs_server, monkeypatch, tmp_path, download_path
+):
     """The connection closes halfway through a large object: the download is tried again,
-    the digests are those of the whole files, the file that had landed is not fetched
-    again, and nothing is left held for hashing."""
+    the digests are those of the whole files, and the file that had landed is not fetched
+    again."""
     bucket, manifest = _stored_output(fake_gcs_server, tmp_path, {"big.bin": 9 * 2**20 + 7, "small.bin": 5})
     with _through(
         FaultyProxy(fake_gcs_server.url, cut=once(lambda method, path: "big.bin" in path)), monkeypatch
@@ -463,10 +469,9 @@ def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(fa
     fetches = [request for request in proxy.requests if request.startswith("GET") and "alt=media" in request]
     assert sum("big.bin" in request for request in fetches) == 2, fetches
     assert sum("small.bin" in request for request in fetches) == 1, fetches
-    assert stream_digest._held.bytes == 0
 
 
-def test_a_download_that_keeps_moving_outlives_the_retry_budget(fake_gcs_server, monkeypatch, tmp_path):
+def test_a_download_that_keeps_moving_outlives_the_retry_budget(fake_gcs_server, monkeypatch, tmp_path, download_path):
     """Bytes arriving keep an operation's deadline away: a download slower than the whole
     retry budget, never silent for a request deadline, completes."""
     bucket, manifest = _stored_output(fake_gcs_server, tmp_path, {"big.bin": 4 * 2**20})
@@ -480,9 +485,11 @@ def test_a_download_that_keeps_moving_outlives_the_retry_budget(fake_gcs_server,
     assert elapsed > 2 * 1.5, f"took {elapsed:.1f} s: the answer was not trickled"
 
 
-def test_a_download_that_stalls_midway_gives_up_within_its_budget(fake_gcs_server, monkeypatch, tmp_path):
+def test_a_download_that_stalls_midway_gives_up_within_its_budget(
+    fake_gcs_server, monkeypatch, tmp_path, download_path
+):
     """A server that sends half an object and then nothing: the download gives up once
-    the store has been silent for its budget, holding nothing for hashing."""
+    the store has been silent for its budget."""
     bucket, _ = _stored_output(fake_gcs_server, tmp_path, {"big.bin": 4 * 2**20})
     with _through(FaultyProxy(fake_gcs_server.url, stall=lambda method, path: "big.bin" in path), monkeypatch) as proxy:
         store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=1.5)
@@ -491,7 +498,33 @@ def test_a_download_that_stalls_midway_gives_up_within_its_budget(fake_gcs_serve
             store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, sizes={"out/ab/k/big.bin": 4 * 2**20})
         assert time.monotonic() - started < 10
         assert proxy.cut, "the answer stopped halfway"
-    assert stream_digest._held.bytes == 0
+
+
+def test_a_large_download_given_up_stops_its_thread_at_once(fake_gcs_server, monkeypatch, tmp_path):
+    """A large object's thread is blocked reading a server that went silent midway, with
+    a request deadline far away (30 s): when the operation gives up (its budget, 1.5 s),
+    the thread stops then, its socket shut, rather than block until its own deadline."""
+    monkeypatch.setattr(large_download, "OWN_CONNECTION_BYTES", 1 << 20)
+    receiving: list[threading.Event] = []
+    receive = large_download._Receiver.receive
+
+    def watched(self, *args):
+        ended = threading.Event()
+        receiving.append(ended)
+        try:
+            return receive(self, *args)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(large_download._Receiver, "receive", watched)
+    bucket, _ = _stored_output(fake_gcs_server, tmp_path, {"big.bin": 4 * 2**20})
+    with _through(FaultyProxy(fake_gcs_server.url, stall=lambda method, path: "big.bin" in path), monkeypatch) as proxy:
+        store = gcs(f"gs://{bucket}/mb", tmp_path, timeout_s=30, budget_s=1.5)
+        with pytest.raises(StoreUnavailable, match="has not answered for"):
+            store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, sizes={"out/ab/k/big.bin": 4 * 2**20})
+        assert proxy.cut, "the answer stopped halfway"
+        assert receiving, "the object was received by a thread of its own"
+        assert all(ended.wait(timeout=2) for ended in receiving), "a thread still receives"
 
 
 def test_a_renewal_that_went_through_unanswered_keeps_the_lease(fake_gcs_server, monkeypatch, tmp_path):

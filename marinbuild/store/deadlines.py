@@ -149,6 +149,9 @@ def _transient_library_error(error: BaseException) -> bool:
         ),
     ):
         return True
+    http_client = sys.modules.get("http.client")  # large downloads (`large_download.py`)
+    if http_client is not None and isinstance(error, http_client.HTTPException):
+        return True  # an answer cut short or garbled (IncompleteRead, BadStatusLine...)
     auth = sys.modules.get("google.auth.exceptions")
     if auth is not None:
         if isinstance(error, auth.TransportError):

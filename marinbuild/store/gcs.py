@@ -37,14 +37,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import blake3
+
 from marinbuild.errors import StoreError
 from marinbuild.network import unreachable
-from marinbuild.store import deadlines
+from marinbuild.store import deadlines, large_download
 from marinbuild.store.base import Lease, WaitingFn
 from marinbuild.store.deadlines import StorePolicy
 from marinbuild.store.lease_object import LeaseSettings, current_holder, held_lease
 from marinbuild.store.remote import RemoteStore, backend_errors, backend_writes
-from marinbuild.store.stream_digest import StreamDigest
 from marinbuild.store.transfers import transfer_callback
 
 _PUBLIC_ENDPOINT = "https://storage.googleapis.com"
@@ -69,6 +70,8 @@ logging.getLogger("gcsfs").addHandler(logging.NullHandler())
 
 
 def _backend_error_types() -> tuple[type[BaseException], ...]:
+    import http.client
+
     import aiohttp
     import google.auth.exceptions
     import requests
@@ -80,6 +83,7 @@ def _backend_error_types() -> tuple[type[BaseException], ...]:
         ValueError,
         HttpError,
         aiohttp.ClientError,
+        http.client.HTTPException,
         google.auth.exceptions.GoogleAuthError,
         requests.RequestException,
     )
@@ -236,9 +240,10 @@ class GCSStore(RemoteStore):
     ) -> dict[Path, str]:
         """Download objects to local files, each streamed by a request of our own rather than
         gcsfs's `get`: the bytes are written as they arrive and, for files checked against
-        a manifest (`sizes`), hashed from memory on the hashing thread (`StreamDigest`), so
-        the BLAKE3 of a 1 GiB output costs no second pass; such a download stops once it
-        grows past its size (a replaced object is never copied whole to find it out). A
+        a manifest (`sizes`), hashed from memory as they land, so the BLAKE3 of a 1 GiB
+        output costs no second pass; such a download stops once it grows past its size (a
+        replaced object is never copied whole to find it out). Large objects are received
+        by threads of their own (`large_download.py`), small ones on gcsfs's event loop. A
         try that fails keeps the files it finished: the retry downloads the others."""
         landed: dict[Path, str | None] = {}
         if files:
@@ -277,15 +282,19 @@ class GCSStore(RemoteStore):
         from gcsfs.retry import validate_response
 
         fs = self.fs
+        url, location = fs.url(self._full(path)), self.location(path)
+        if size is not None and size >= large_download.OWN_CONNECTION_BYTES:
+            headers = fs._get_headers(None)
+            return await large_download.download(url, headers, local, size, progress, self.policy.timeout_s, location)
         await fs._set_session()
-        url = fs.url(self._full(path))
         async with fs.session.get(url, headers=fs._get_headers(None), timeout=fs.requests_timeout) as answer:
             if answer.status >= 400:
-                validate_response(answer.status, await answer.read(), self.location(path))
+                validate_response(answer.status, await answer.read(), location)
             progress.set_size(answer.content_length)
             local.parent.mkdir(parents=True, exist_ok=True)
             received = reported = 0  # reported a MiB at a time, not per chunk (4,000 chunks per GiB)
-            with open(local, "wb") as file, StreamDigest() as digest:
+            digest = blake3.blake3()
+            with open(local, "wb") as file:
                 # Chunks as they came (`readany` joins what has arrived: a copy).
                 async for chunk, _ in answer.content.iter_chunks():
                     file.write(chunk)
@@ -294,11 +303,11 @@ class GCSStore(RemoteStore):
                         progress.relative_update(received - reported)
                         reported = received
                     if size is not None:
-                        await digest.add(chunk)
+                        digest.update(chunk)
                         if received > size:
                             break  # not the manifest's file: its digest cannot match
                 progress.relative_update(received - reported)
-                return None if size is None else await digest.hexdigest()
+                return None if size is None else digest.hexdigest()
 
     # -- regions -----------------------------------------------------------------------------
 

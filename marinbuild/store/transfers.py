@@ -2,8 +2,7 @@
 while bytes move.
 
 Kept apart from `remote.py` so that a build on a local store, which transfers nothing,
-imports none of this machinery (fsspec's callbacks, an event loop); the digest of a
-download as it streams in is in `stream_digest.py`, which only the GCS store imports.
+imports none of this machinery (fsspec's callbacks, an event loop).
 """
 
 from __future__ import annotations
