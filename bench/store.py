@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import statistics
@@ -341,20 +342,23 @@ def _transfers(
 
     Both download the objects marinbuild uploaded, and who goes first alternates from
     round to round. Each step starts after a `sync`, so that none pays for writing back
-    what the step before it wrote. Then `repeat` rounds of the downloads alone, back to
-    back (`*_again`): the two compete for the CPU only, where a small machine running the
-    emulator too shows what hashing costs. With them, marinbuild's download without its
-    BLAKE3 check (`download_unchecked_again`: the store's `get_files` given no sizes, into
-    a plain directory): what the transfer costs and what the check adds, told apart in the
-    same run. Each step's CPU time is recorded too, this process's (`*_cpu`) and the
-    server's (`*_server_cpu`). The same three downloads again over a link of `link_mbit`
-    (`*_link`), and with both processes on one core (`*_one_core`), where asked for."""
+    what the step before it wrote, and right after as many bytes as the output holds were
+    written and deleted, so that each fills memory freed a moment ago. Then `repeat` rounds
+    of the downloads alone, back to back (`*_again`): the two compete for the CPU only,
+    where a small machine running the emulator too shows what hashing costs. With them,
+    marinbuild's download without its BLAKE3 check (`download_unchecked_again`: the
+    store's `get_files` given no sizes, into a plain directory; with no size known, every
+    object goes through gcsfs's session, the path of small files). Each step's CPU time is
+    recorded too, this process's (`*_cpu`) and the server's (`*_server_cpu`). The same
+    three downloads again over a link of `link_mbit` (`*_link`), and with both processes
+    on one core (`*_one_core`), where asked for."""
     import gcsfs
 
     manifest = hash_tree(staged)
     store = _store(root, bucket, staged.name)  # a prefix of its own per kind of output
     fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
     times: dict[str, list[float]] = {}
+    freed = functools.partial(_freed_memory, root / "scratch", manifest.total_bytes)
     for attempt in range(repeat):
         remote, local = f"{bucket}/{staged.name}-direct/{attempt}", root / f"direct{attempt}"
         stored = f"{bucket}/{staged.name}/out/{attempt}"
@@ -368,7 +372,7 @@ def _transfers(
             "download_gcsfs": lambda: get(fs, stored, local),
         }
         for steps in (uploads, downloads):
-            _take_turns(steps, attempt, times, server_pid)
+            _take_turns(steps, attempt, times, server_pid, before=freed)
         _remove(local)
         _remove(root / f"cache{attempt}")
         benchlib.log(f"{name}, round {attempt + 1}/{repeat} done")
@@ -386,7 +390,7 @@ def _transfers(
 
     def back_to_back(steps: dict[str, Callable[[], Any]]) -> None:
         for attempt in range(repeat):
-            _take_turns(steps, attempt, times, server_pid, after=delete_downloads)
+            _take_turns(steps, attempt, times, server_pid, after=delete_downloads, before=freed)
 
     back_to_back(again)
     benchlib.log(f"{name}, downloads back to back done")
@@ -407,22 +411,40 @@ def _take_turns(
     times: dict[str, list[float]],
     server_pid: int,
     after: Callable[[], Any] = lambda: None,
+    before: Callable[[], Any] = lambda: None,
 ) -> None:
     """Time each step (wall, and the CPU of this process and of the server), in the given
     order in even rounds and the other way in odd ones. Each starts with nothing left to
     write back (`sync`): else a step pays for the gigabyte the step before it wrote.
     `after` runs, untimed, after each step: the back-to-back downloads delete what each
-    wrote there, so that every step starts from the same memory. Deleted once per round
-    instead, the download that ran third took up to twice the CPU of the same one run
-    first (run 9 in docs/benchmarks.md; the VM runs DAMON's `pageout` reclaim, which may
-    be why), and gcsfs's, always second of three, never ran third."""
+    wrote there. Deleted once per round instead, the download that ran third took up to
+    twice the CPU of the same one run first (run 9 in docs/benchmarks.md), and gcsfs's,
+    always second of three, never ran third. `before` runs, untimed, right before each
+    step, after the `sync`: each transfer gets memory freed just then (`_freed_memory`)."""
     for kind in list(steps) if attempt % 2 == 0 else list(reversed(steps)):
         os.sync()
+        before()
         cpu, server_cpu = time.process_time(), _cpu_seconds(server_pid)
         times.setdefault(kind, []).append(timed(steps[kind]))
         times.setdefault(f"{kind}_cpu", []).append(time.process_time() - cpu)
         times.setdefault(f"{kind}_server_cpu", []).append(_cpu_seconds(server_pid) - server_cpu)
         after()
+
+
+def _freed_memory(scratch: Path, size: int) -> None:
+    """Write `size` bytes to `scratch` and delete it, so that a download started right after
+    fills pages of the page cache freed a moment ago. This VM hands memory freed for a
+    couple of seconds back to its host (the kernel's free page reporting,
+    `page_reporting.page_reporting_order` on its command line), and writing into such pages
+    makes the host supply them again: writing 1 GiB to a new file cost 0.19-0.20 s of system
+    time here right after deleting another, 0.87-1.31 s when 4 s had passed. Which of the
+    two a download met was chance, and cost it up to 1 s of CPU per GiB (run 11)."""
+    block = bytes(1 << 20)
+    with open(scratch, "wb") as file:
+        for _ in range(size >> 20):
+            file.write(block)
+        file.write(block[: size % (1 << 20)])
+    scratch.unlink()
 
 
 def _cpu_seconds(pid: int) -> float:
