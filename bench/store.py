@@ -16,17 +16,20 @@
    against gcsfs's own batched `put` / `get` of the directory.
 
 Each transfer round runs marinbuild's and gcsfs's in turn, who goes first alternating, on
-the same objects; the downloads are then timed once more back to back, with no upload
-before them (`download_again_ratio`), together with marinbuild's download without its
-BLAKE3 check (`download_unchecked_again_ratio`), which tells the transfer's cost from the
-check's. With `--link-mbit N`, the same three downloads are timed again over a link of
-N Mbit/s (`download_link_ratio`): the server's port is shaped on the loopback device
-with Linux's traffic control (`tc`, an HTB class and a filter on that one port: other
-traffic is untouched; needs root), as a bucket's network is slower than loopback. With
-`--one-core`, they are timed again with every thread of this process and of the server
-held on one core (`download_one_core_ratio`): the wall time is then the CPU that client and
-server spend together, which repeats from run to run where two cores shared with the
-server do not, and tells what the check costs in CPU.
+the same objects, each right after as many bytes were written and deleted (the transfer
+then fills memory just freed, which this VM would otherwise hand back to its host after a
+few seconds, at a cost to whoever fills it next); the downloads are then timed once more
+back to back, with no upload before them (`download_again_ratio`), together with
+marinbuild's download without its BLAKE3 check (`download_unchecked_again_ratio`: given no
+sizes, every object goes through gcsfs's session, as small files do). With `--link-mbit
+N`, the same three downloads are timed again over a link of N Mbit/s
+(`download_link_ratio`): the server's port is shaped on the loopback device with Linux's
+traffic control (`tc`, an HTB class and a filter on that one port: other traffic is
+untouched; needs root), as a bucket's network is slower than loopback. With `--one-core`,
+they are timed again with every thread of this process and of the server held on one core
+(`download_one_core_ratio`): the wall time is then the CPU that client and server spend
+together, which repeats from run to run where two cores shared with the server do not, and
+tells what the check costs in CPU.
 
 The server's filesystem backend is on this machine: the figures measure marinbuild's cost
 per request and per byte, and the proxy adds the network's latency back.
