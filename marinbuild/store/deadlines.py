@@ -6,7 +6,9 @@ override them on the machine where they are set):
 
 - a *request* that gets no answer for `timeout_s` fails. gcsfs hands its aiohttp session
   that deadline for connecting and between two reads of the answer (`gcs.py`), not for
-  the whole request, so a transfer that keeps moving bytes is never cut, a silent one is;
+  the whole request, and a large object's own connection gets the same
+  (`large_download.py`), so a transfer that keeps moving bytes is never cut, a silent
+  one is;
 - an *operation* (read or write an object, list, upload a directory, renew a lease...)
   that has failed for `retry_budget_s` stops the build with `StoreUnavailable`, "the
   store at URL has not answered for N s" (exit status 2). Until then a transient failure
