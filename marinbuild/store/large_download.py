@@ -8,7 +8,8 @@ download costs: from fake-gcs-server over loopback, about 1.1 s per GiB with the
 against 0.7-0.9 s for gcsfs's own `get_file` without one. Here `http.client` reads the
 socket straight into one buffer, reused for the whole object (`readinto`), and the file
 is written and the digest updated from that buffer while it is still in the CPU's cache:
-about 0.6 s per GiB, the check included (docs/benchmarks.md, store run 11).
+0.34-0.49 s per GiB in the benchmark's fast rounds, the check included, against gcsfs's
+0.51-0.80 s (docs/benchmarks.md, store runs 11-13, which also say why there are slow ones).
 
 Each object gets a connection of its own (on GCS, a TLS handshake: a few round trips),
 which is nothing next to tens of MiB; smaller objects (the thousands of small files of an
