@@ -282,12 +282,11 @@ class GCSStore(RemoteStore):
         from gcsfs.retry import validate_response
 
         fs = self.fs
-        url, location = fs.url(self._full(path)), self.location(path)
+        url, location, headers = fs.url(self._full(path)), self.location(path), fs._get_headers(None)
         if size is not None and size >= large_download.OWN_CONNECTION_BYTES:
-            headers = fs._get_headers(None)
             return await large_download.download(url, headers, local, size, progress, self.policy.timeout_s, location)
         await fs._set_session()
-        async with fs.session.get(url, headers=fs._get_headers(None), timeout=fs.requests_timeout) as answer:
+        async with fs.session.get(url, headers=headers, timeout=fs.requests_timeout) as answer:
             if answer.status >= 400:
                 validate_response(answer.status, await answer.read(), location)
             progress.set_size(answer.content_length)

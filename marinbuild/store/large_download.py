@@ -102,8 +102,9 @@ class _Receiver:
             while received <= size and (read := answer.readinto(buffer)):
                 if self._stopped:
                     raise DownloadStopped(location)
-                file.write(buffer[:read])
-                digest.update(buffer[:read])
+                chunk = buffer[:read]
+                file.write(chunk)
+                digest.update(chunk)
                 received += read
                 progress.relative_update(read)
             if received <= size and length is not None and received < length:
