@@ -41,6 +41,11 @@ import blake3
 OWN_CONNECTION_BYTES = 64 << 20
 # Bytes of one read of the socket: the buffer the file is written and the digest updated from.
 _BUFFER_BYTES = 1 << 20
+# Bytes of one write to the file, as gcsfs's `get_file` writes (`_BUFFER_BYTES` / 8). A
+# larger write makes the kernel fill the page cache with larger folios, which on a VM
+# that hands free memory back to its host cost up to six times the system time per GiB
+# (docs/benchmarks.md, store run 14).
+_WRITE_BYTES = 128 << 10
 # Large objects in flight at once; each moves at the speed of one stream.
 _threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="marinbuild-download")
 
@@ -103,7 +108,8 @@ class _Receiver:
                 if self._stopped:
                     raise DownloadStopped(location)
                 chunk = buffer[:read]
-                file.write(chunk)
+                for start in range(0, read, _WRITE_BYTES):
+                    file.write(chunk[start : start + _WRITE_BYTES])
                 digest.update(chunk)
                 received += read
                 progress.relative_update(read)
