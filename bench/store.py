@@ -16,9 +16,7 @@
    against gcsfs's own batched `put` / `get` of the directory.
 
 Each transfer round runs marinbuild's and gcsfs's in turn, who goes first alternating, on
-the same objects, each right after as many bytes were written and deleted (the transfer
-then fills memory just freed, which this VM would otherwise hand back to its host after a
-few seconds, at a cost to whoever fills it next); the downloads are then timed once more
+the same objects; the downloads are then timed once more
 back to back, with no upload before them (`download_again_ratio`), together with
 marinbuild's download without its BLAKE3 check (`download_unchecked_again_ratio`: given no
 sizes, every object goes through gcsfs's session, as small files do). With `--link-mbit
@@ -44,7 +42,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import os
 import shutil
 import statistics
@@ -288,9 +285,7 @@ def large_output(root: Path, bucket: str, args: argparse.Namespace) -> dict[str,
     staged = root / "staged"
     staged.mkdir()
     benchlib.log(f"writing a {args.size_mib} MiB output")
-    with open(staged / "model.bin", "wb") as file:
-        for _ in range(args.size_mib):
-            file.write(os.urandom(2**20))
+    write_random(staged / "model.bin", args.size_mib)
     times = _transfers(
         root,
         bucket,
@@ -304,6 +299,12 @@ def large_output(root: Path, bucket: str, args: argparse.Namespace) -> dict[str,
         one_core=args.one_core,
     )
     return _ratios(times, args.size_mib)
+
+
+def write_random(path: Path, mib: int) -> None:
+    with open(path, "wb") as file:
+        for _ in range(mib):
+            file.write(os.urandom(2**20))
 
 
 def small_files(root: Path, bucket: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -345,8 +346,7 @@ def _transfers(
 
     Both download the objects marinbuild uploaded, and who goes first alternates from
     round to round. Each step starts after a `sync`, so that none pays for writing back
-    what the step before it wrote, and right after as many bytes as the output holds were
-    written and deleted, so that each fills memory freed a moment ago. Then `repeat` rounds
+    what the step before it wrote. Then `repeat` rounds
     of the downloads alone, back to back (`*_again`): the two compete for the CPU only,
     where a small machine running the emulator too shows what hashing costs. With them,
     marinbuild's download without its BLAKE3 check (`download_unchecked_again`: the
@@ -361,7 +361,6 @@ def _transfers(
     store = _store(root, bucket, staged.name)  # a prefix of its own per kind of output
     fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
     times: dict[str, list[float]] = {}
-    freed = functools.partial(_freed_memory, root / "scratch", manifest.total_bytes)
     for attempt in range(repeat):
         remote, local = f"{bucket}/{staged.name}-direct/{attempt}", root / f"direct{attempt}"
         stored = f"{bucket}/{staged.name}/out/{attempt}"
@@ -375,7 +374,7 @@ def _transfers(
             "download_gcsfs": lambda: get(fs, stored, local),
         }
         for steps in (uploads, downloads):
-            _take_turns(steps, attempt, times, server_pid, before=freed)
+            _take_turns(steps, attempt, times, server_pid)
         _remove(local)
         _remove(root / f"cache{attempt}")
         benchlib.log(f"{name}, round {attempt + 1}/{repeat} done")
@@ -393,7 +392,7 @@ def _transfers(
 
     def back_to_back(steps: dict[str, Callable[[], Any]]) -> None:
         for attempt in range(repeat):
-            _take_turns(steps, attempt, times, server_pid, after=delete_downloads, before=freed)
+            _take_turns(steps, attempt, times, server_pid, after=delete_downloads)
 
     back_to_back(again)
     benchlib.log(f"{name}, downloads back to back done")
@@ -423,7 +422,7 @@ def _take_turns(
     wrote there. Deleted once per round instead, the download that ran third took up to
     twice the CPU of the same one run first (run 9 in docs/benchmarks.md), and gcsfs's,
     always second of three, never ran third. `before` runs, untimed, right before each
-    step, after the `sync`: each transfer gets memory freed just then (`_freed_memory`)."""
+    step, after the `sync` (bench/write_pieces.py prepares the memory the step fills)."""
     for kind in list(steps) if attempt % 2 == 0 else list(reversed(steps)):
         os.sync()
         before()
@@ -432,22 +431,6 @@ def _take_turns(
         times.setdefault(f"{kind}_cpu", []).append(time.process_time() - cpu)
         times.setdefault(f"{kind}_server_cpu", []).append(_cpu_seconds(server_pid) - server_cpu)
         after()
-
-
-def _freed_memory(scratch: Path, size: int) -> None:
-    """Write `size` bytes to `scratch` and delete it, so that a download started right after
-    fills pages of the page cache freed a moment ago. This VM hands memory freed for a
-    couple of seconds back to its host (the kernel's free page reporting,
-    `page_reporting.page_reporting_order` on its command line), and writing into such pages
-    makes the host supply them again: writing 1 GiB to a new file cost 0.19-0.20 s of system
-    time here right after deleting another, 0.87-1.31 s when 4 s had passed. Which of the
-    two a download met was chance, and cost it up to 1 s of CPU per GiB (run 11)."""
-    block = bytes(1 << 20)
-    with open(scratch, "wb") as file:
-        for _ in range(size >> 20):
-            file.write(block)
-        file.write(block[: size % (1 << 20)])
-    scratch.unlink()
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -111,6 +111,13 @@ def test_the_store_benchmark_measures_against_fake_gcs(tmp_path) -> None:
         assert _positive(seconds["download_again_cpu"]) and seconds["download_again_server_cpu"] >= 0, seconds
 
 
+def test_the_write_size_benchmark_downloads_by_the_stores_path_at_each_size(tmp_path) -> None:
+    data = _run("write_pieces.py", tmp_path, "--size-mib", "4", "--write-kib", "64,1024", "--repeat", "1")
+    assert set(data["ratio_to_gcsfs"]) == {"gcsfs", "64_kib", "1024_kib"}, data
+    assert all(_positive(ratio) for ratio in data["ratio_to_gcsfs"].values()), data
+    assert all(_positive(data["seconds"][f"{kind}_cpu"]) for kind in data["ratio_to_gcsfs"]), data["seconds"]
+
+
 def test_the_store_benchmark_caps_the_link_of_the_server_alone(tmp_path) -> None:
     """`--link-mbit` shapes the server's port with tc (root only): a download cannot beat
     the link it is given, and the shaping is gone afterwards."""
@@ -189,7 +196,14 @@ def _documented_runs() -> Iterator[tuple[str, str, str]]:
 def test_every_benchmark_command_line_of_the_docs_parses(monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(BENCH))
     runs = list(_documented_runs())
-    assert {script for _, script, _ in runs} >= {"noop", "store", "query", "compile_cache", "train_overhead"}, runs
+    assert {script for _, script, _ in runs} >= {
+        "noop",
+        "store",
+        "write_pieces",
+        "query",
+        "compile_cache",
+        "train_overhead",
+    }, runs
     for where, script, arguments in runs:
         module = importlib.import_module(script)
         try:
