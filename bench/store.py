@@ -16,7 +16,9 @@
    against gcsfs's own batched `put` / `get` of the directory.
 
 Each transfer round runs marinbuild's and gcsfs's in turn, who goes first alternating, on
-the same objects; the downloads are then timed once more
+the same objects, each right after as many bytes were written and deleted (the transfer
+then fills memory just freed, where memory that stayed free longer costs far more to fill
+on a VM: `freed_memory`); the downloads are then timed once more
 back to back, with no upload before them (`download_again_ratio`), together with
 marinbuild's download without its BLAKE3 check (`download_unchecked_again_ratio`: given no
 sizes, every object goes through gcsfs's session, as small files do). With `--link-mbit
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import statistics
@@ -346,7 +349,8 @@ def _transfers(
 
     Both download the objects marinbuild uploaded, and who goes first alternates from
     round to round. Each step starts after a `sync`, so that none pays for writing back
-    what the step before it wrote. Then `repeat` rounds
+    what the step before it wrote, and right after as many bytes as the output holds were
+    written and deleted, so that each fills memory freed a moment ago. Then `repeat` rounds
     of the downloads alone, back to back (`*_again`): the two compete for the CPU only,
     where a small machine running the emulator too shows what hashing costs. With them,
     marinbuild's download without its BLAKE3 check (`download_unchecked_again`: the
@@ -361,6 +365,7 @@ def _transfers(
     store = _store(root, bucket, staged.name)  # a prefix of its own per kind of output
     fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
     times: dict[str, list[float]] = {}
+    freed = functools.partial(freed_memory, root / "scratch", manifest.total_bytes)
     for attempt in range(repeat):
         remote, local = f"{bucket}/{staged.name}-direct/{attempt}", root / f"direct{attempt}"
         stored = f"{bucket}/{staged.name}/out/{attempt}"
@@ -374,7 +379,7 @@ def _transfers(
             "download_gcsfs": lambda: get(fs, stored, local),
         }
         for steps in (uploads, downloads):
-            _take_turns(steps, attempt, times, server_pid)
+            _take_turns(steps, attempt, times, server_pid, before=freed)
         _remove(local)
         _remove(root / f"cache{attempt}")
         benchlib.log(f"{name}, round {attempt + 1}/{repeat} done")
@@ -392,7 +397,7 @@ def _transfers(
 
     def back_to_back(steps: dict[str, Callable[[], Any]]) -> None:
         for attempt in range(repeat):
-            _take_turns(steps, attempt, times, server_pid, after=delete_downloads)
+            _take_turns(steps, attempt, times, server_pid, after=delete_downloads, before=freed)
 
     back_to_back(again)
     benchlib.log(f"{name}, downloads back to back done")
@@ -422,7 +427,7 @@ def _take_turns(
     wrote there. Deleted once per round instead, the download that ran third took up to
     twice the CPU of the same one run first (run 9 in docs/benchmarks.md), and gcsfs's,
     always second of three, never ran third. `before` runs, untimed, right before each
-    step, after the `sync` (bench/write_pieces.py prepares the memory the step fills)."""
+    step, after the `sync`: the transfers fill memory freed just then (`freed_memory`)."""
     for kind in list(steps) if attempt % 2 == 0 else list(reversed(steps)):
         os.sync()
         before()
@@ -431,6 +436,22 @@ def _take_turns(
         times.setdefault(f"{kind}_cpu", []).append(time.process_time() - cpu)
         times.setdefault(f"{kind}_server_cpu", []).append(_cpu_seconds(server_pid) - server_cpu)
         after()
+
+
+def freed_memory(scratch: Path, size: int) -> None:
+    """Write `size` bytes to `scratch` and delete it: a transfer started right after fills
+    pages of the page cache freed a moment ago. The VM of docs/benchmarks.md hands memory
+    that stayed free for a couple of seconds back to its host (Linux's free page reporting,
+    `page_reporting.page_reporting_order` on its kernel's command line), and filling such
+    memory makes the host supply it again: a 1 GiB download right after an upload took
+    2.0-2.7 s of CPU for marinbuild and gcsfs alike without this (store run 15), 0.4-0.7 s
+    with it (run 14)."""
+    block = bytes(1 << 20)
+    with open(scratch, "wb") as file:
+        for _ in range(size >> 20):
+            file.write(block)
+        file.write(block[: size % (1 << 20)])
+    scratch.unlink()
 
 
 def _cpu_seconds(pid: int) -> float:

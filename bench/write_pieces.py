@@ -82,7 +82,7 @@ def measure(root: Path, args: argparse.Namespace, server_pid: int) -> dict[str, 
         steps[f"{kib}_kib"] = functools.partial(ours, kib << 10)
 
     def before() -> None:
-        _freed_memory(root / "scratch", size)
+        store_bench.freed_memory(root / "scratch", size)
         time.sleep(args.pause)
 
     times: dict[str, list[float]] = {}
@@ -90,20 +90,6 @@ def measure(root: Path, args: argparse.Namespace, server_pid: int) -> dict[str, 
         store_bench._take_turns(steps, attempt, times, server_pid, after=lambda: local.unlink(), before=before)
         benchlib.log(f"round {attempt + 1}/{args.repeat} done")
     return times
-
-
-def _freed_memory(scratch: Path, size: int) -> None:
-    """Write `size` bytes to `scratch` and delete it: a download started right after fills
-    pages of the page cache freed a moment ago. A VM that reports free memory to its host
-    (Linux's free page reporting: `page_reporting.page_reporting_order` on the kernel's
-    command line, as on the machines of docs/benchmarks.md) hands back memory that stayed
-    free for a couple of seconds, and writing into it then makes the host supply it again."""
-    block = bytes(1 << 20)
-    with open(scratch, "wb") as file:
-        for _ in range(size >> 20):
-            file.write(block)
-        file.write(block[: size % (1 << 20)])
-    scratch.unlink()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

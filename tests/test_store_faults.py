@@ -145,7 +145,8 @@ class FaultyProxy:
     `cut` picks it sends only the first half of the body, then closes the connection (a
     download broken off mid-object); of those `stall` picks, the first half, then nothing
     (a server that hangs mid-object); those `trickle` picks go out 256 KiB every
-    `TRICKLE_S` (a slow link, never silent for a deadline). `edit` may change an answer's
+    `TRICKLE_S` (a slow link, never silent for a deadline); those `recode` picks go out
+    whole with the status it gives instead of the server's. `edit` may change an answer's
     body (tests/test_regions.py: the location of a bucket, which fake-gcs-server sets for
     all its buckets at once)."""
 
@@ -158,6 +159,7 @@ class FaultyProxy:
         cut: Callable[[str, str], bool] = lambda method, path: False,
         stall: Callable[[str, str], bool] = lambda method, path: False,
         trickle: Callable[[str, str], bool] = lambda method, path: False,
+        recode: Callable[[str, str], int | None] = lambda method, path: None,
     ):
         host, port = urlsplit(target).hostname, urlsplit(target).port
         self.swallowed: list[str] = []
@@ -190,7 +192,7 @@ class FaultyProxy:
                     proxy.swallowed.append(f"{self.command} {self.path}")
                     time.sleep(5 * TIMEOUT_S)  # the client gives up first
                     return
-                self.send_response(answer.status)
+                self.send_response(recode(self.command, self.path) or answer.status)
                 for name, value in answer.getheaders():
                     if name.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(name, value)
@@ -469,6 +471,21 @@ def test_a_download_broken_off_is_tried_again_and_keeps_the_files_that_landed(
     fetches = [request for request in proxy.requests if request.startswith("GET") and "alt=media" in request]
     assert sum("big.bin" in request for request in fetches) == 2, fetches
     assert sum("small.bin" in request for request in fetches) == 1, fetches
+
+
+def test_an_answer_other_than_the_object_is_not_taken_for_it(fake_gcs_server, monkeypatch, tmp_path, download_path):
+    """A 2xx that is not 200 (here 203, the object's bytes from somewhere in between) is
+    not the object as stored: the download is tried again rather than trust it."""
+    bucket, manifest = _stored_output(fake_gcs_server, tmp_path, {"big.bin": 4 * 2**20})
+    picked = once(lambda method, path: "big.bin" in path and "alt=media" in path)
+    recode = lambda method, path: 203 if picked(method, path) else None  # noqa: E731
+    with _through(FaultyProxy(fake_gcs_server.url, recode=recode), monkeypatch) as proxy:
+        store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=15)
+        assert store.get_files(
+            {"out/ab/k/big.bin": tmp_path / "big.bin"}, sizes=manifest_sizes(manifest, "out/ab/k")
+        ) == manifest_digests(manifest, tmp_path)
+    fetches = [request for request in proxy.requests if request.startswith("GET") and "alt=media" in request]
+    assert len(fetches) == 2, fetches
 
 
 def test_a_download_that_keeps_moving_outlives_the_retry_budget(fake_gcs_server, monkeypatch, tmp_path, download_path):

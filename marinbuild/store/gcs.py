@@ -289,6 +289,8 @@ class GCSStore(RemoteStore):
         async with fs.session.get(url, headers=headers, timeout=fs.requests_timeout) as answer:
             if answer.status >= 400:
                 validate_response(answer.status, await answer.read(), location)
+            if answer.status != 200:
+                raise large_download.unexpected_answer(answer.status, answer.reason or "", location)
             progress.set_size(answer.content_length)
             local.parent.mkdir(parents=True, exist_ok=True)
             received = reported = 0  # reported a MiB at a time, not per chunk (4,000 chunks per GiB)

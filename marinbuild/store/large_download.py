@@ -8,8 +8,8 @@ download costs: from fake-gcs-server over loopback, about 1.1 s per GiB with the
 against 0.7-0.9 s for gcsfs's own `get_file` without one. Here `http.client` reads the
 socket straight into one buffer, reused for the whole object (`readinto`), and the file
 is written and the digest updated from that buffer while it is still in the CPU's cache:
-0.34-0.49 s per GiB in the benchmark's fast rounds, the check included, against gcsfs's
-0.51-0.80 s (docs/benchmarks.md, store runs 11-13, which also say why there are slow ones).
+0.40-0.70 s per GiB back to back in the benchmark, the check included, against gcsfs's
+0.49-0.79 s (docs/benchmarks.md, store runs 14-16).
 
 Each object gets a connection of its own (on GCS, a TLS handshake: a few round trips),
 which is nothing next to tens of MiB; smaller objects (the thousands of small files of an
@@ -41,10 +41,9 @@ import blake3
 OWN_CONNECTION_BYTES = 64 << 20
 # Bytes of one read of the socket: the buffer the file is written and the digest updated from.
 _BUFFER_BYTES = 1 << 20
-# Bytes of one write to the file, as gcsfs's `get_file` writes (`_BUFFER_BYTES` / 8). A
-# larger write makes the kernel fill the page cache with larger folios, which on a VM
-# that hands free memory back to its host cost up to six times the system time per GiB
-# (docs/benchmarks.md, store run 14).
+# Bytes of one write to the file, as gcsfs's `get_file` writes. Writes of the whole buffer
+# took a median 1.15 s of CPU per GiB where memory had been handed back to the VM's host,
+# writes of 64-512 KiB 0.43-0.47 s (`bench/write_pieces.py --pause 4`, docs/benchmarks.md).
 _WRITE_BYTES = 128 << 10
 # Large objects in flight at once; each moves at the speed of one stream.
 _threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="marinbuild-download")
@@ -52,6 +51,12 @@ _threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="marinbuild-down
 
 class DownloadStopped(ConnectionAbortedError):
     """The try was given up while its thread was receiving."""
+
+
+def unexpected_answer(status: int, reason: str, location: str) -> http.client.HTTPException:
+    """An object's GET answered neither with its bytes (200) nor with an error: a partial
+    or informational answer is not the object (transient: the download is tried again)."""
+    return http.client.HTTPException(f"{location}: unexpected answer {status} {reason}")
 
 
 @functools.cache
@@ -98,7 +103,7 @@ class _Receiver:
             if answer.status >= 400:
                 validate_response(answer.status, answer.read(1 << 16).decode(errors="replace"), location)
             if answer.status != 200:
-                raise http.client.HTTPException(f"{location}: unexpected answer {answer.status} {answer.reason}")
+                raise unexpected_answer(answer.status, answer.reason, location)
             length = answer.length  # None for a chunked answer (http.client checks those itself)
             progress.set_size(length)
             digest = blake3.blake3()
