@@ -478,7 +478,10 @@ def test_an_answer_other_than_the_object_is_not_taken_for_it(fake_gcs_server, mo
     not the object as stored: the download is tried again rather than trust it."""
     bucket, manifest = _stored_output(fake_gcs_server, tmp_path, {"big.bin": 4 * 2**20})
     picked = once(lambda method, path: "big.bin" in path and "alt=media" in path)
-    recode = lambda method, path: 203 if picked(method, path) else None  # noqa: E731
+
+    def recode(method: str, path: str) -> int | None:
+        return 203 if picked(method, path) else None
+
     with _through(FaultyProxy(fake_gcs_server.url, recode=recode), monkeypatch) as proxy:
         store = gcs(f"gs://{bucket}/mb", tmp_path, budget_s=15)
         assert store.get_files(
