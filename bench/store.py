@@ -280,7 +280,7 @@ def noop_builds(root: Path, upstream: str, args: argparse.Namespace, counter: Re
     return {"targets": args.targets, "cold_build_s": cold, **figures}
 
 
-def _store(root: Path, bucket: str, name: str) -> Any:
+def bucket_store(root: Path, bucket: str, name: str) -> Any:
     return open_store(StoreSpec(f"gs://{bucket}/{name}"), root / "machine")
 
 
@@ -362,7 +362,7 @@ def _transfers(
     import gcsfs
 
     manifest = hash_tree(staged)
-    store = _store(root, bucket, staged.name)  # a prefix of its own per kind of output
+    store = bucket_store(root, bucket, staged.name)  # a prefix of its own per kind of output
     fs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
     times: dict[str, list[float]] = {}
     freed = functools.partial(freed_memory, root / "scratch", manifest.total_bytes)
@@ -379,7 +379,7 @@ def _transfers(
             "download_gcsfs": lambda: get(fs, stored, local),
         }
         for steps in (uploads, downloads):
-            _take_turns(steps, attempt, times, server_pid, before=freed)
+            take_turns(steps, attempt, times, server_pid, before=freed)
         _remove(local)
         _remove(root / f"cache{attempt}")
         benchlib.log(f"{name}, round {attempt + 1}/{repeat} done")
@@ -397,7 +397,7 @@ def _transfers(
 
     def back_to_back(steps: dict[str, Callable[[], Any]]) -> None:
         for attempt in range(repeat):
-            _take_turns(steps, attempt, times, server_pid, after=delete_downloads, before=freed)
+            take_turns(steps, attempt, times, server_pid, after=delete_downloads, before=freed)
 
     back_to_back(again)
     benchlib.log(f"{name}, downloads back to back done")
@@ -412,7 +412,7 @@ def _transfers(
     return times
 
 
-def _take_turns(
+def take_turns(
     steps: dict[str, Callable[[], Any]],
     attempt: int,
     times: dict[str, list[float]],

@@ -64,7 +64,7 @@ def measure(root: Path, args: argparse.Namespace, server_pid: int) -> dict[str, 
     benchlib.log(f"writing and uploading a {args.size_mib} MiB object")
     store_bench.write_random(staged / "model.bin", args.size_mib)
     manifest = hash_tree(staged)
-    store = store_bench._store(root, "bench", "pieces")
+    store = store_bench.bucket_store(root, "bench", "pieces")
     store.put_dir(staged, "out", manifest)
     size = manifest.total_bytes
     # The store's own path for large objects, whatever the size asked for.
@@ -87,7 +87,7 @@ def measure(root: Path, args: argparse.Namespace, server_pid: int) -> dict[str, 
 
     times: dict[str, list[float]] = {}
     for attempt in range(args.repeat):
-        store_bench._take_turns(steps, attempt, times, server_pid, after=lambda: local.unlink(), before=before)
+        store_bench.take_turns(steps, attempt, times, server_pid, after=lambda: local.unlink(), before=before)
         benchlib.log(f"round {attempt + 1}/{args.repeat} done")
     return times
 
