@@ -28,7 +28,7 @@ from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
 from marinbuild.actions.pins import Pinned, Pins
-from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status
+from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
 from marinbuild.actions.resume import resume_point
 from marinbuild.actions.scheduler import BuildOptions, Egress, Hooks, Scheduler
 from marinbuild.errors import AcceleratorMissing, EgressOverBudget, GraphError, StoreError, StoreReadOnly
@@ -48,7 +48,7 @@ from marinbuild.provenance.show import describe, read_metrics
 from marinbuild.query import QueryResult, Universe, run_query
 from marinbuild.store import ActionCache, AttemptStatus, Outputs
 from marinbuild.store.action_cache import ENTRY_FORMAT
-from marinbuild.store.mirrors import REGION_ENV, BucketRegions, Mirrors, arrange
+from marinbuild.store.mirrors import REGION_ENV, BucketRegions, MirrorHit, Mirrors, arrange, budget_line
 from marinbuild.targets.rule import Target
 
 if TYPE_CHECKING:
@@ -227,14 +227,22 @@ class Session:
             planned()
             lacking = {} if options.executor == "ray" or allow_cpu else _lacking_accelerators(graph)
             if options.dry_run:
-                return self._annotate_dry_run(graph, self._scheduler(graph, options, reporter).run(), lacking)
+                return self._annotate_dry_run(graph, self._scheduler(graph, options, reporter), lacking)
             if lacking:
                 self._refuse_lacking(graph, lacking)
             return self._run_recorded("build", graph, list(patterns), options, reporter, events).result
 
-    def _annotate_dry_run(self, graph: Graph, result: BuildResult, lacking: dict[str, str]) -> BuildResult:
-        """Add to a dry run's reasons what the steps would do besides running: resume from
-        an earlier attempt's checkpoints, or stop the build for want of an accelerator."""
+    def _annotate_dry_run(self, graph: Graph, scheduler: Scheduler, lacking: dict[str, str]) -> BuildResult:
+        """Run `scheduler` dry and add to its reasons what the steps would do besides
+        running: resume from an earlier attempt's checkpoints, or stop the build for want
+        of an accelerator; and end it with what its copies from mirrors would cost against
+        the egress budget (a dry run over it still exits 0: it says so, and stops nothing)."""
+        result = scheduler.run()
+        egress = scheduler.options.egress
+        if egress is not None:
+            foreseen = list(scheduler.foreseen.values())
+            line = budget_line(foreseen, egress.budget_gb, egress.allowed, egress.setting)
+            result.notes.extend([line] if line else [])
         for label, item in result.results.items():
             notes = []
             if item.status is Status.WOULD_RUN and item.key is not None:
@@ -400,8 +408,8 @@ class Session:
             raise GraphError(f"'{text}' names {len(graph.requested)} targets; give one label")
         label = graph.requested[0]
         result = self._dry_run(graph).results[label]
-        if result.status is Status.CACHED and result.key is not None:
-            return result.key, None
+        if result.status in (Status.CACHED, Status.WOULD_COPY) and result.key is not None:
+            return result.key, None  # built here, or only in a mirror (`describe` says which)
         for record in reversed(provenance.label_attempts(self.store, label)):
             if record.status is stores.AttemptStatus.SUCCEEDED and self.cache.lookup(record.key).outputs is not None:
                 return (
@@ -479,7 +487,8 @@ class Session:
 
     def _dry_scheduler(self, graph: Graph, strict_code: bool = False) -> Scheduler:
         """A scheduler that has run dry over `graph`: its results, and the recipes of every key it knows."""
-        options = BuildOptions(jobs=1, dry_run=True, strict_code=strict_code)
+        # Mirrors are looked up as a build would (nothing is copied dry): every read command sees every region.
+        options = BuildOptions(jobs=1, dry_run=True, strict_code=strict_code, egress=self.egress())
         scheduler = self._scheduler(graph, options, NullReporter())
         scheduler.run()
         return scheduler
@@ -572,19 +581,45 @@ class Session:
         """The output directory of a built target whose recipe is current."""
         return self.cache.local_dir(self.current_output(pattern)[1])
 
+    def location(self, pattern: str) -> tuple[str, str | None]:
+        """Where the output of a built target is (`marinbuild where`): its directory here;
+        for one built only in a mirror, its URL there (nothing is read or copied) and a
+        note saying where that is and what a build here would copy."""
+        graph, result = self._current(pattern)
+        hit = self._mirror_only(result)
+        if hit is not None:
+            return hit.output_url, f"{result.label} is {hit.elsewhere()}"
+        return str(self.cache.local_dir(self._verified_outputs(graph, result)[1])), None
+
     def current_output(self, pattern: str) -> tuple[Target, Outputs]:
         """A target and its verified outputs, for its current recipe."""
+        return self._verified_outputs(*self._current(pattern))
+
+    def _current(self, pattern: str) -> tuple[Graph, TargetResult]:
+        """The graph of one target, and what a build would do with it."""
         graph = self.plan([pattern])
         if len(graph.requested) != 1:
             raise GraphError(f"'{pattern}' names {len(graph.requested)} targets; give one label")
-        label = graph.requested[0]
-        target = self._dry_run(graph).results[label]
-        if target.status is not Status.CACHED:
-            raise GraphError(f"{label} is not built ({target.reason})", hint=f"run 'marinbuild build {label}'")
-        outputs = self.cache.lookup(target.key).outputs
+        return graph, self._dry_run(graph).results[graph.requested[0]]
+
+    def _verified_outputs(self, graph: Graph, result: TargetResult) -> tuple[Target, Outputs]:
+        label = result.label
+        hit = self._mirror_only(result)
+        if hit is not None:
+            raise GraphError(f"{label} is {hit.elsewhere()}", hint=f"'marinbuild build {label}' copies it here")
+        if result.status is not Status.CACHED:
+            raise GraphError(f"{label} is not built ({result.reason})", hint=f"run 'marinbuild build {label}'")
+        outputs = self.cache.lookup(result.key).outputs if result.key is not None else None
         if outputs is None:
             raise StoreError(f"{label} vanished from the store {self.store.url} while being looked up")
         return graph.targets[label], outputs
+
+    def _mirror_only(self, result: TargetResult) -> MirrorHit | None:
+        """The mirror's entry of a target a build would copy: verified by the dry run, which
+        found it (asking again costs no request)."""
+        if result.status is not Status.WOULD_COPY or result.key is None or self.cache.mirrors is None:
+            return None
+        return self.cache.mirrors.hit(result.key)
 
     def metrics(self, pattern: str) -> dict:
         """The summary metrics of a built ML step (its rule's `metrics_file`); {} for other steps."""

@@ -11,6 +11,7 @@ proxy also lists every request, which shows what reached which bucket.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from urllib.parse import unquote
@@ -127,10 +128,27 @@ def test_past_the_egress_budget_a_build_copies_nothing_and_stops_unless_allowed(
         f"would-copy //pkg:data  (in gs://{regions.eu}/mb (europe-west4 → us-central2), {format_bytes(DATA_BYTES)}"
         in out
     )
+    # The dry run ends saying the build would stop, as the build does, and exits 0.
+    total = format_bytes(DATA_BYTES + COUNT_BYTES)
+    assert out.splitlines()[-1] == (
+        f"copying 2 entries from mirrors would move {total} across regions, over this build's egress budget "
+        "of 5.0 kB: a build stops before copying (exit 2); pass --allow-egress to copy them anyway, "
+        "or raise egress_budget_gb (marinbuild.toml:3)"
+    )
+    assert build_json(us, "--dry-run", "//pkg:all")["notes"] == [out.splitlines()[-1]]
+    rc, out, err = run_cli(us, "build", "--dry-run", "--allow-egress", "//pkg:all")
+    assert rc == 0 and out.splitlines()[-1].endswith(
+        "(--allow-egress: this build's egress budget of 5.0 kB does not apply)"
+    )
+    roomy = make_workspace(BUILD, config=regions.config())
+    rc, out, err = run_cli(roomy, "build", "--dry-run", "//pkg:all")
+    assert rc == 0 and out.splitlines()[-1] == (
+        f"copying 2 entries from mirrors would move {total} across regions, "
+        "within this build's egress budget of 10.0 GB"
+    )
 
     rc, out, err = run_cli(us, "build", "//pkg:all")
     assert rc == 2, err
-    total = format_bytes(DATA_BYTES + COUNT_BYTES)
     assert re.search(rf"pkg/BUILD.marin:1(:\d+)?: copying 2 entries from other regions would move {total}", err), err
     assert "over this build's egress budget of 5.0 kB; none of them was copied" in err
     assert "//pkg:data (" in err and "//pkg:count (" in err
@@ -210,3 +228,102 @@ def test_mirrors_are_gs_buckets_and_the_budget_a_number(make_workspace):
         ws = make_workspace(BUILD, config=setting + "\n")
         rc, _out, err = run_cli(ws, "build", "//pkg:data")
         assert rc == 2 and message in err, err
+
+
+def _writes(requests: list[str]) -> list[str]:
+    """Requests that would change a bucket: anything but GET (reads, listings, metadata)."""
+    return [request for request in requests if not request.startswith("GET ")]
+
+
+def test_read_commands_see_a_target_built_only_in_the_mirror_and_copy_nothing(make_workspace, regions, tmp_path):
+    eu = make_workspace(BUILD, config=f'store = "gs://{regions.eu}/mb"\n')
+    built = build_json(eu, "//pkg:all")
+    data_key = built["by_label"]["//pkg:data"]["key"]
+    us = make_workspace(BUILD, config=regions.config())
+    regions.proxy.requests.clear()
+    elsewhere = (
+        f"built in gs://{regions.eu}/mb (europe-west4), not yet in this builder's bucket (us-central2): "
+        f"a build here would copy {format_bytes(DATA_BYTES)} across regions (cross-region egress)"
+    )
+
+    rc, out, err = run_cli(us, "show", "//pkg:data")
+    assert rc == 0, err
+    assert f"  in a mirror  {elsewhere}" in out and "not built" not in out + err
+    rc, out, err = run_cli(us, "show", "--json", "//pkg:data")
+    assert rc == 0, err
+    shown = json.loads(out)
+    assert shown["key"] == data_key and "copied" not in shown
+    assert shown["provenance"]["attempt"] == built["by_label"]["//pkg:data"]["attempt"]  # the original builder's
+    assert {name: shown["mirrored"][name] for name in ("in", "region", "to_region", "bytes", "crosses_regions")} == {
+        "in": f"gs://{regions.eu}/mb",
+        "region": "europe-west4",
+        "to_region": "us-central2",
+        "bytes": DATA_BYTES,
+        "crosses_regions": True,
+    }
+
+    rc, out, err = run_cli(us, "where", "//pkg:data")
+    assert rc == 0, err
+    assert out.strip() == f"gs://{regions.eu}/mb/out/{data_key[:2]}/{data_key}"
+    assert f"marinbuild: note: //pkg:data is {elsewhere}" in err
+
+    rc, out, err = run_cli(us, "explain", "//pkg:data")
+    assert rc == 0, err
+    assert out.startswith(f"//pkg:data: would be copied, not run: {elsewhere} (key {data_key[:12]}, built by ")
+    rc, out, err = run_cli(us, "explain", "--json", "//pkg:count")
+    assert rc == 0, err
+    assert json.loads(out)["status"] == "would-copy"  # its key is made of the mirror's :data
+
+    for expression, expected in [
+        ("cached(//pkg:all)", "//pkg:count\n//pkg:data\n"),
+        ("mirrored(//pkg:all)", "//pkg:count\n//pkg:data\n"),
+        ("stale(//pkg:all) + pending(//pkg:all)", ""),
+    ]:
+        rc, out, err = run_cli(us, "query", expression)
+        assert (rc, out) == (0, expected), (expression, err)
+
+    rc, out, err = run_cli(us, "report", "//pkg:all", "-o", str(tmp_path / "report"))
+    assert rc == 0, err
+    pages = "".join(page.read_text() for page in (tmp_path / "report").rglob("*.html"))
+    assert f"<th>in a mirror</th><td>{html.escape(elsewhere)}</td>" in pages
+
+    # Read commands read the mirror's entries and listings, never an output byte, and
+    # write nothing to either bucket.
+    assert not _downloads(regions.requests_to(regions.eu), "out")
+    assert _writes(regions.requests_to(regions.eu)) == [] and _writes(regions.requests_to(regions.us)) == []
+    assert regions.objects(regions.us, "") == []
+
+
+def test_read_commands_never_report_a_forged_mirror_entry_as_built(make_workspace, regions):
+    eu = make_workspace(BUILD, config=f'store = "gs://{regions.eu}/mb"\n')
+    key = build_json(eu, "//pkg:data")["by_label"]["//pkg:data"]["key"]
+    path = f"{regions.eu}/mb/ac/{key[:2]}/{key}.json"
+    entry = json.loads(regions.fs.cat_file(path))
+    entry["recipe"]["attrs"]["cmd"] = "echo forged > $@"
+    regions.fs.pipe_file(path, json.dumps(entry).encode())
+    us = make_workspace(BUILD, config=regions.config())
+
+    rc, out, _err = run_cli(us, "query", "cached(//pkg:all) + mirrored(//pkg:all)")
+    assert (rc, out) == (0, "")
+    rc, _out, err = run_cli(us, "show", "//pkg:data")
+    assert rc == 2 and "has no output" in err
+    rc, _out, err = run_cli(us, "show", key)
+    assert rc == 2 and "no usable entry" in err
+    rc, out, _err = run_cli(us, "explain", "//pkg:data")
+    assert rc == 0 and "//pkg:data: would run" in out
+
+
+def test_read_commands_look_many_keys_up_in_a_mirror_with_one_listing(make_workspace, regions):
+    many = {
+        "many/BUILD.marin": "".join(f'genrule(name = "t{i}", outs = ["o"], cmd = "echo {i} > $@")\n' for i in range(40))
+    }
+    us = make_workspace(many, config=regions.config())
+    regions.proxy.requests.clear()
+    rc, out, err = run_cli(us, "query", "cached(//many:all)")
+    assert (rc, out) == (0, ""), err
+    to_eu = regions.requests_to(regions.eu)
+    # The store's salt, then a listing of its entries (gcsfs asks twice of an empty prefix):
+    # not a request per key, as many keys are not in the mirror.
+    assert [request for request in to_eu if "/mb/ac/" in unquote(request).split("?")[0]] == []
+    assert any("prefix=mb/ac" in unquote(request) for request in to_eu), "the mirror was asked"
+    assert len(to_eu) <= 3, to_eu

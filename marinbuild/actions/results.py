@@ -57,6 +57,9 @@ class BuildResult:
     requested: list[str]
     results: dict[str, TargetResult] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    # What a dry run says of the build as a whole, after its targets (the egress its
+    # copies would cost against the budget): printed last, and `notes` in its JSON.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -72,7 +75,8 @@ class BuildResult:
         return not any(result.status in (Status.FAILED, Status.SKIPPED) for result in self.results.values())
 
     def to_json(self) -> dict:
-        return {"targets": [result.to_json() for result in self.results.values()], "counts": self.counts}
+        notes = {"notes": self.notes} if self.notes else {}
+        return {"targets": [result.to_json() for result in self.results.values()], "counts": self.counts, **notes}
 
     def to_json_text(self) -> str:
         """`to_json()` as text a person can read and a program can parse: one line per
@@ -83,7 +87,8 @@ class BuildResult:
         quote inside a string is escaped)."""
         targets = json.dumps([result.to_json() for result in self.results.values()])[1:-1]
         lines = targets.replace('}, {"label": ', '},\n    {"label": ')
-        return f'{{\n  "targets": [\n    {lines}\n  ],\n  "counts": {json.dumps(self.counts)}\n}}'
+        notes = f',\n  "notes": {json.dumps(self.notes)}' if self.notes else ""
+        return f'{{\n  "targets": [\n    {lines}\n  ],\n  "counts": {json.dumps(self.counts)}{notes}\n}}'
 
 
 _ALWAYS_COUNTED = (Status.BUILT, Status.CACHED, Status.FAILED, Status.SKIPPED)

@@ -289,6 +289,8 @@ def build(
             click.echo(f"{item.status.value:9} {item.label}" + (f"  ({item.reason})" if item.reason else ""))
             if item.description:
                 click.echo(f"{'':9} {item.description}")
+        for note in result.notes:
+            click.echo(note)
     elif len(result.requested) <= _MAX_OUTPUTS_SHOWN:
         for label in result.requested:
             item = result.results[label]
@@ -327,8 +329,12 @@ def pin(ctx: click.Context, patterns: tuple[str, ...]) -> None:
 @click.pass_context
 @_handles_errors
 def where(ctx: click.Context, label: str) -> None:
-    """Print the output directory of a built target."""
-    click.echo(_session(ctx).where(label))
+    """Print the output directory of a built target (for one built only in a mirror in
+    another region: its URL there, and a note on stderr saying so)."""
+    location, note = _session(ctx).location(label)
+    if note:
+        click.echo(f"marinbuild: note: {note}", err=True)
+    click.echo(location)
 
 
 @cli.command()

@@ -93,6 +93,8 @@ def show_lines(description: dict) -> list[str]:
         f"  tree digest  {description['tree_digest']}",
         f"  rule         {recipe['rule']} version {recipe['version']}",
     ]
+    if description.get("mirrored"):
+        lines.append(f"  in a mirror  {description['mirrored']['summary']}")
     if recipe.get("salt"):
         lines.append(f"  store salt   {recipe['salt']!r}")
     lines.append("  attributes")

@@ -31,7 +31,9 @@ class Explanation:
     """What `marinbuild explain` reports about one target."""
 
     label: str
-    status: str  # "cached", "would-run" or "pending" (a dependency must be built first)
+    # "cached", "would-copy" (only in a mirror: a build copies it), "would-run" or
+    # "pending" (a dependency must be built first)
+    status: str
     key: str | None
     summary: str
     changes: tuple[str, ...] = ()  # against `previous_key`'s recipe
@@ -223,14 +225,15 @@ def explain_target(
     listed = tuple(ingredients(recipe, target)) if recipe is not None else ()
     if result.status is Status.CACHED:
         entry = cache.read_entry(result.key) if result.key else None
-        built = ""
-        if isinstance(entry, CacheEntry):
-            where = entry.provenance
-            built = f", built by {where.get('user', '?')}@{where.get('host', '?')} at {where.get('finished', '?')}"
+        built = f", {_built_by(entry)}" if isinstance(entry, CacheEntry) else ""
         summary = f"cached: would not run (key {short(result.key or '')}{built})"
         if result.code_changed:
             summary += f"; warning: {CODE_CHANGED}"
         return Explanation(label, "cached", result.key, summary, code_changed=result.code_changed, ingredients=listed)
+    hit = cache.mirrors.hit(result.key) if result.status is Status.WOULD_COPY and cache.mirrors and result.key else None
+    if hit is not None:
+        summary = f"would be copied, not run: {hit.elsewhere()} (key {short(hit.key)}, {_built_by(hit.entry)})"
+        return Explanation(label, "would-copy", result.key, summary, ingredients=listed)
     if result.status is Status.WOULD_RUN and recipe is not None:
         found = nearest_entry(cache, target, recipe)
         if found is None:
@@ -256,6 +259,11 @@ def explain_target(
     return Explanation(
         label, "pending", None, f"would run after {names}: its key needs their outputs", upstream=tuple(upstream)
     )
+
+
+def _built_by(entry: CacheEntry) -> str:
+    where = entry.provenance
+    return f"built by {where.get('user', '?')}@{where.get('host', '?')} at {where.get('finished', '?')}"
 
 
 def _ancestors(deps: Mapping[str, Sequence[str]], label: str) -> list[str]:

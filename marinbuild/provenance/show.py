@@ -8,7 +8,8 @@ from typing import Any
 
 from marinbuild.actions.keys import checkpoint_key
 from marinbuild.errors import StoreError
-from marinbuild.store import ActionCache, CacheEntry
+from marinbuild.store import ActionCache, CacheEntry, layout
+from marinbuild.store.mirrors import MirrorHit
 from marinbuild.targets.rule import Rule
 
 # Who, where, when, with what: the provenance fields `show` reports, in this order.
@@ -46,9 +47,7 @@ def read_metrics(cache: ActionCache, entry: CacheEntry, rule: Rule | None) -> di
 def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive: bool = False) -> dict[str, Any]:
     """Everything the store knows about the output of `key`; with `recursive`, the same for
     the dependencies that made its inputs."""
-    entry = cache.read_entry(key)
-    if isinstance(entry, str):
-        raise StoreError(f"no usable entry for key {key}: {entry}")
+    entry, hit = find_entry(cache, key)
     record = entry.provenance
     inputs: dict[str, Any] = {}
     for label, item in record.get("inputs", {}).items():
@@ -77,12 +76,28 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
         "provenance": {name: record[name] for name in PROVENANCE_FIELDS if name in record},
         "outputs": entry.manifest.to_json(),
         "total_bytes": entry.manifest.total_bytes,
-        "metrics": read_metrics(cache, entry, rule),
+        # An entry only in a mirror: its outputs are not read across regions (nor its metrics).
+        "metrics": read_metrics(cache, entry, rule) if hit is None else {},
         # The states it kept, each also an entry of its own, which `show KEY` describes.
         **({"checkpoints": {str(step): checkpoint_key(key, step) for step in kept}} if kept else {}),
         # What the attempt that made the output measured (`ctx.measure`): not part of it.
         "measured": record.get("measured", {}),
         # Where the entry came from if it was copied from a mirror in another region
         # (store/mirrors.py); the provenance above is the original builder's.
-        **({"copied": copied} if (copied := cache.records.read_copy(key)) is not None else {}),
+        **({"copied": copied} if hit is None and (copied := cache.records.read_copy(key)) is not None else {}),
+        # Where it is if it is only in a mirror, and what a build here would copy.
+        **({"mirrored": {**hit.to_json(), "summary": hit.elsewhere()}} if hit is not None else {}),
     }
+
+
+def find_entry(cache: ActionCache, key: str) -> tuple[CacheEntry, MirrorHit | None]:
+    """The entry of `key` in the store; if the store has none, the one a mirror holds, as
+    verified as a build's copy would be (store/mirrors.py), and read only: nothing is copied."""
+    entry = cache.read_entry(key)
+    if isinstance(entry, CacheEntry):
+        return entry, None
+    if cache.mirrors is not None and cache.store.signature(layout.entry(key)) is None:
+        hit = cache.mirrors.hit(key)
+        if hit is not None:
+            return hit.entry, hit
+    raise StoreError(f"no usable entry for key {key}: {entry}")

@@ -3,7 +3,7 @@
 lexer, parser   the expression, as tokens and as a tree (`expressions`), with the
                 arguments each function takes (`functions`)
 universe        the graph of rule targets and source files, loaded as it is reached
-evaluator       expressions to sets of labels; `cached`, `stale`, `failed`, `pending`
+evaluator       expressions to sets of labels; `cached`, `mirrored`, `stale`, `failed`, `pending`
                 ask the scheduler's dry run and the store's attempt records
 order, output   the printed order (Bazel's) and the output formats
 """

@@ -8,7 +8,8 @@ The store functions are marinbuild's own. They ask the scheduler's dry run rathe
 recompute keys, so `cached(x)` means precisely "a build would not run it": a rule target
 is cached (its key has a verified output), stale (its key is known and has none),
 pending (its key needs the output of a dependency that is not built), and failed when
-its key is known and the newest attempt at that key failed.
+its key is known and the newest attempt at that key failed. A target built only in a
+mirror of the store (another region's bucket) is cached, and `mirrored`: a build copies it.
 """
 
 from __future__ import annotations
@@ -188,8 +189,14 @@ class Evaluator:
             self.universe.warnings.extend(
                 f"{label}: {CODE_CHANGED}" for label, result in sorted(results.items()) if result.code_changed
             )
-        wanted = {"cached": Status.CACHED, "stale": Status.WOULD_RUN, "pending": Status.PENDING}[name]
-        return frozenset(label for label, result in results.items() if result.status is wanted)
+        wanted = {
+            # Built here, or only in a mirror in another region (a build copies it, runs nothing).
+            "cached": (Status.CACHED, Status.WOULD_COPY),
+            "mirrored": (Status.WOULD_COPY,),
+            "stale": (Status.WOULD_RUN,),
+            "pending": (Status.PENDING,),
+        }[name]
+        return frozenset(label for label, result in results.items() if result.status in wanted)
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The query functions and what each takes: the parser reads arguments by these kinds.
 
-Bazel's functions keep Bazel's names and arguments. The four that ask the store
-(`cached`, `stale`, `failed`, `pending`) are marinbuild's own.
+Bazel's functions keep Bazel's names and arguments. The five that ask the store
+(`cached`, `mirrored`, `stale`, `failed`, `pending`) are marinbuild's own.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ SIGNATURES: dict[str, Signature] = {
     "siblings": Signature((_E,), 1),
     "buildfiles": Signature((_E,), 1),
     "cached": Signature((_E,), 1, store=True),
+    "mirrored": Signature((_E,), 1, store=True),
     "stale": Signature((_E,), 1, store=True),
     "failed": Signature((_E,), 1, store=True),
     "pending": Signature((_E,), 1, store=True),

@@ -1,7 +1,9 @@
 """What a report shows, gathered from the workspace's graph and the store alone.
 
 Statuses come from the same dry run as `build --dry-run` and `query cached()/stale()/
-failed()`, so the report never disagrees with them about what a build would do. Output
+failed()`, so the report never disagrees with them about what a build would do: a step
+built only in a mirror of the store (another region's bucket) shows that bucket's entry
+and what a copy would move, and none of its output files (they are not read across regions). Output
 files (metrics, summaries, plots, fits) are read from the store by manifest path and
 checked against their digests, so a report of a `gs://` store downloads only them.
 """
@@ -23,6 +25,7 @@ from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
 from marinbuild.store.action_cache import CacheEntry
 from marinbuild.store.manifest import FileEntry
+from marinbuild.store.mirrors import MirrorHit
 from marinbuild.targets.rule import Target
 
 LOG_TAIL_LINES = 60
@@ -38,6 +41,7 @@ class StepStatus(str, enum.Enum):
     """Where a target stands against the store, as a colour of the graph."""
 
     CACHED = "cached"  # its current key has a verified output
+    MIRRORED = "in a mirror"  # ... only in a mirror of the store, another region's bucket: a build copies it
     STALE = "stale"  # built before, but not under its current recipe (or its inputs changed)
     FAILED = "failed"  # the newest attempt at its current key failed
     RUNNING = "running"  # an attempt at its current key has not finished
@@ -74,6 +78,7 @@ class StepReport:
     unreadable: list[str] = field(default_factory=list)  # output files whose bytes did not match
     pin: dict[str, Any] | None = None  # an external artifact's: where it lives, its pin (actions/pins.py)
     copied: dict[str, Any] | None = None  # where its entry was copied from, if from a mirror (store/mirrors.py)
+    mirrored: MirrorHit | None = None  # where its entry is if only in a mirror (no output is read there)
 
     @property
     def key(self) -> str | None:
@@ -149,10 +154,13 @@ def collect(session: Session, patterns: Sequence[str]) -> Report:
     for label in graph.order:
         result = results[label]
         attempts = provenance.label_attempts(session.store, label)
-        entry = None
+        entry, mirrored = None, None
         if result.status is Status.CACHED and result.key is not None:
             read = session.cache.read_entry(result.key)
             entry = read if isinstance(read, CacheEntry) else None
+        elif result.status is Status.WOULD_COPY and result.key is not None and session.cache.mirrors is not None:
+            mirrored = session.cache.mirrors.hit(result.key)  # found and verified by the dry run
+            entry = mirrored.entry if mirrored is not None else None
         outcome = outcomes.get(label)
         step = StepReport(
             label=label,
@@ -166,9 +174,10 @@ def collect(session: Session, patterns: Sequence[str]) -> Report:
             last_build=outcome[0] if outcome else None,
             last_build_reason=outcome[1] if outcome else None,
             pin=session.pins.describe(graph.targets[label]) if graph.targets[label].rule.pinned else None,
-            copied=session.cache.records.read_copy(entry.key) if entry is not None else None,
+            copied=session.cache.records.read_copy(entry.key) if entry is not None and mirrored is None else None,
+            mirrored=mirrored,
         )
-        if entry is not None:
+        if entry is not None and mirrored is None:  # a mirror's outputs are not read across regions
             _read_outputs(session, step, entry)
         steps[label] = step
     failures = [_failure(session, step) for step in steps.values() if step.status is StepStatus.FAILED]
@@ -178,6 +187,8 @@ def collect(session: Session, patterns: Sequence[str]) -> Report:
 def _status(result: TargetResult, attempts: list[provenance.AttemptRecord]) -> StepStatus:
     if result.status is Status.CACHED:
         return StepStatus.CACHED
+    if result.status is Status.WOULD_COPY:
+        return StepStatus.MIRRORED
     if result.status is Status.PINNED:
         return StepStatus.PINNED
     at_key = [record for record in attempts if record.key == result.key] if result.key else []

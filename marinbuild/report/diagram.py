@@ -19,6 +19,7 @@ from marinbuild.report.collect import StepStatus
 # Fill and border of each status; the page's legend uses the same.
 COLOURS: dict[StepStatus, tuple[str, str]] = {
     StepStatus.CACHED: ("#d4edda", "#2e7d32"),
+    StepStatus.MIRRORED: ("#d1ecf1", "#00838f"),
     StepStatus.STALE: ("#fff3cd", "#b8860b"),
     StepStatus.FAILED: ("#f8d7da", "#c62828"),
     StepStatus.RUNNING: ("#cfe2ff", "#1565c0"),

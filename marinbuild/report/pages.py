@@ -575,6 +575,8 @@ def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
     if step.pin is not None:
         facts.append(("external artifact", _pin_text(step.pin)))
     facts += _checkpoint_facts(step)
+    if step.mirrored is not None:
+        facts.append(("in a mirror", escape(step.mirrored.elsewhere())))
     if step.copied is not None:
         copied = step.copied
         facts.append(

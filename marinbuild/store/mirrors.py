@@ -22,6 +22,10 @@ store's salt (`store.json`), which enters every key.
   with the mirror's (same names, sizes, CRC32C), and only then is the entry created,
   create-only, with exactly the bytes that were verified. A copy killed half-way leaves
   outputs without an entry, never an entry without its outputs.
+- **Commands that only read** (`show`, `where`, `explain`, `query`, the report) look
+  the mirrors up as a build does (`Mirrors.find`: the same batching, the same
+  verification) and say where a target lives and what a copy would move; they read a
+  mirror's entries and listings only, never an output byte, and write nothing anywhere.
 - **What it cost** is kept in `copies/<kk>/<key>.json` (from where, which regions, how
   many bytes, when, by whom): `show` prints it, `cache stats` sums bytes per region pair.
 
@@ -91,9 +95,54 @@ class MirrorHit:
         """Copies within one region cost no egress, and are not counted against the budget."""
         return self.source_region != self.region
 
+    @property
+    def output_url(self) -> str:
+        """Where its outputs are, in the mirror."""
+        return self.mirror.location(layout.output(self.key))
+
     def describe(self) -> str:
         """`gs://team-eu-west4/mb (europe-west4 → us-central2), 1.2 GB`."""
         return f"{self.source} ({self.source_region} → {self.region}), {format_bytes(self.bytes)}"
+
+    def elsewhere(self) -> str:
+        """What a read command says of a target built only in a mirror: where it is, and
+        what a build here would cost (`show`, `where`, `explain`, the report)."""
+        move = "across regions (cross-region egress)" if self.crosses_regions else f"within {self.region} (no egress)"
+        return (
+            f"built in {self.source} ({self.source_region}), not yet in this builder's bucket ({self.region}): "
+            f"a build here would copy {format_bytes(self.bytes)} {move}"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """Where the entry lives, for `show --json`: `bytes` cross regions if `crosses_regions`."""
+        return {
+            "in": self.source,
+            "region": self.source_region,
+            "output": self.output_url,
+            "to_region": self.region,
+            "bytes": self.bytes,
+            "crosses_regions": self.crosses_regions,
+        }
+
+
+def budget_line(hits: Sequence[MirrorHit], budget_gb: float, allowed: bool, setting: str) -> str | None:
+    """The line a dry run ends with when a build would copy from mirrors: how much would
+    cross regions against the egress budget, and whether the build would stop over it
+    (with the real build's hint). None when nothing would be copied."""
+    if not hits:
+        return None
+    crossing = [hit for hit in hits if hit.crosses_regions]
+    total = sum(hit.bytes for hit in crossing)
+    copies = f"copying {len(hits)} entries from mirrors would move {format_bytes(total)} across regions"
+    budget = f"this build's egress budget of {format_bytes(budget_gb * 1e9)}"
+    if allowed:
+        return f"{copies} (--allow-egress: {budget} does not apply)"
+    if total > budget_gb * 1e9:
+        return (
+            f"{copies}, over {budget}: a build stops before copying (exit 2); "
+            f"pass --allow-egress to copy them anyway, or raise {setting}"
+        )
+    return f"{copies}, within {budget}"
 
 
 class BucketRegions:
@@ -202,6 +251,11 @@ class Mirrors:
                 "or remove it from 'mirrors'",
             )
         self._salted.add(mirror.url)
+
+    def hit(self, key: str) -> MirrorHit | None:
+        """The verified entry of one key missing here, in the first mirror holding one; a
+        key a build or a dry run already asked about costs no request."""
+        return self.find([key])[0].get(key)
 
     def find(self, keys: Sequence[str]) -> tuple[dict[str, MirrorHit], list[str]]:
         """The verified entries of `keys` (missing locally) in the mirrors, the first
