@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from marinbuild.store import layout
 
@@ -28,6 +28,24 @@ if TYPE_CHECKING:
     from marinbuild.store.manifest import Manifest
 
 WaitingFn = Callable[[str], None]
+
+
+class MirrorLookup(Protocol):
+    """Buckets in other regions holding copies of a store, asked for keys it lacks
+    (`mirrors.Mirrors`): a protocol here, so that the action cache that holds one and the
+    mirrors that read entries through it do not import each other."""
+
+    def find(self, keys: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+        """The keys a mirror holds, verified there, and the problems found."""
+        ...
+
+    def outputs(self, hit: Any) -> Any:
+        """A hit's outputs, read where they lie (a dry run's)."""
+        ...
+
+    def copy(self, hit: Any) -> Any:
+        """Copy a hit into the local bucket; its outputs there."""
+        ...
 
 
 class ScratchMirror(Protocol):
