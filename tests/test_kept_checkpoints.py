@@ -11,10 +11,12 @@ that ends at all shows the reader ran while the keeper was running.
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from conftest import build_json, keys, run_cli, statuses
+from conftest import build_json, cli_command, cli_env, keys, parse_json_output, run_cli, statuses
 
 RULES = """
 import shutil
@@ -60,6 +62,13 @@ counter = Rule(
 def _read(ctx):
     src, step = ctx.attrs["src"], ctx.attrs["step"]
     root = ctx.root(src if step is None else checkpoint_name(src, step))
+    hold, deadline = ctx.attrs["hold"], time.monotonic() + 60
+    if hold:  # say it runs, then wait for the test to let it read
+        Path(hold + ".running").write_text("")
+    while hold and not Path(hold).exists():
+        if time.monotonic() > deadline:
+            raise StepFailed(f"nobody wrote {hold} while this step ran")
+        time.sleep(0.02)
     (ctx.out / "read.txt").write_text((root / ("final.txt" if step is None else "value.txt")).read_text())
     if ctx.attrs["signal"]:
         Path(ctx.attrs["signal"]).write_text("read\\n")
@@ -72,24 +81,25 @@ reader = Rule(
         "src": Attr(types.LABEL),
         "step": Attr(types.INT, default=None),
         "signal": Attr(types.STRING, default="", identity=False),
+        "hold": Attr(types.STRING, default="", identity=False),
     },
     step_inputs={"src": StepInput("step", "a counter target")},
 )
 """
 
 
-def _build_file(signal: Path, keep: str = "[2]") -> str:
+def _build_file(signal: Path, keep: str = "[2]", hold: str = "", steps: int = 5) -> str:
     return f"""
-counter(name = "count", steps = 5, keep = {keep}, wait_for = "{signal}")
-reader(name = "read2", src = ":count", step = 2, signal = "{signal}")
+counter(name = "count", steps = {steps}, keep = {keep}, wait_for = "{signal}")
+reader(name = "read2", src = ":count", step = 2, signal = "{signal}", hold = "{hold}")
 reader(name = "read_all", src = ":count")
 """
 
 
-def _workspace(make_workspace, tmp_path: Path, name: str = "ws", keep: str = "[2]") -> Path:
+def _workspace(make_workspace, tmp_path: Path, name: str = "ws", keep: str = "[2]", hold: str = "") -> Path:
     signal = tmp_path / f"{name}-read"
     return make_workspace(
-        {"toyrules.py": RULES, "p/BUILD.marin": _build_file(signal, keep)}, 'rules = ["toyrules"]\n', name
+        {"toyrules.py": RULES, "p/BUILD.marin": _build_file(signal, keep, hold)}, 'rules = ["toyrules"]\n', name
     )
 
 
@@ -218,3 +228,57 @@ def test_reading_a_state_that_is_not_kept_is_bad_input(make_workspace, tmp_path,
         rc, _out, err = run_cli(ws, *command)
         assert rc == 2 and f"p/BUILD.marin:5: {message}" in err and f"hint: {hint}" in err, err
     assert not (ws / "cache" / "ac").exists()
+
+
+def _has_entry(ws: Path, key: str, store: str | None) -> bool:
+    rc, _out, _err = run_cli(ws, "show", "--json", key, store=store)
+    return rc == 0
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "gcs"])
+def test_a_kept_state_lives_as_long_as_the_output_of_its_keeper(make_workspace, tmp_path, request, remote):
+    store = f"gs://{request.getfixturevalue('gcs_bucket')}/team" if remote else None
+    ws = _workspace(make_workspace, tmp_path)
+    build_json(ws, "--jobs", "3", "//p:all", store=store)
+    count = _show(ws, "//p:count", store)
+    kept = count["checkpoints"]["2"]
+    # The keeper's entry names the key of each state it keeps: gc keeps them with it.
+    rc, out, err = run_cli(ws, "cache", "gc", "--grace", "0s", store=store)
+    assert rc == 0 and "removed 0 keys" in out, out + err
+    assert _has_entry(ws, kept, store)
+    assert set(statuses(build_json(ws, "//p:all", store=store)).values()) == {"cached"}
+
+    # Once the keeper's output goes (its recipe changed, and the newest build used the new
+    # one), its kept state goes with it.
+    time.sleep(1)  # a later second: of two builds in one second, gc keeps the keys of both
+    (ws / "p" / "BUILD.marin").write_text(_build_file(tmp_path / "ws-read", steps=6))
+    build_json(ws, "--jobs", "3", "//p:all", store=store)
+    rc, out, err = run_cli(ws, "cache", "gc", "--grace", "0s", store=store)
+    assert rc == 0, out + err
+    assert not _has_entry(ws, count["key"], store) and not _has_entry(ws, kept, store)
+    assert _has_entry(ws, _show(ws, "//p:count", store)["checkpoints"]["2"], store)
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "gcs"])
+def test_gc_keeps_a_kept_state_that_a_running_step_reads(make_workspace, tmp_path, request, remote):
+    """While the keeper still trains, no build record names its published state: the step
+    reading it holds it, and a gc in the middle of that read removes nothing it reads."""
+    store = f"gs://{request.getfixturevalue('gcs_bucket')}/team" if remote else None
+    hold = tmp_path / "go"
+    ws = _workspace(make_workspace, tmp_path, hold=str(hold))
+    command = cli_command(ws, "build", "--json", "--jobs", "3", "//p:all", store=store)
+    build = subprocess.Popen(command, cwd=ws, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not Path(f"{hold}.running").exists():  # the reader runs; the keeper waits for it
+            assert build.poll() is None and time.monotonic() < deadline, build.communicate()
+            time.sleep(0.05)
+        rc, out, err = run_cli(ws, "cache", "gc", "--grace", "0s", store=store)
+        assert rc == 0, out + err
+    finally:
+        hold.write_text("")
+    out, err = build.communicate(timeout=120)
+    assert build.returncode == 0, err
+    assert set(statuses(parse_json_output(out)).values()) == {"built"}, err
+    assert (Path(run_cli(ws, "where", "//p:read2", store=store)[1].strip()) / "read.txt").read_text() == "2\n"
+    assert _has_entry(ws, _show(ws, "//p:count", store)["checkpoints"]["2"], store)

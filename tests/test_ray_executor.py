@@ -167,3 +167,22 @@ def test_a_multi_host_step_runs_one_jax_process_per_host(make_workspace, ray_clu
     assert result == {"processes": 2, "devices": 2, "sum": 3.0}
     log = next((ws / "cache" / "attempts").glob("*/*/*.log")).read_text()
     assert "[host 1] " in log and "process 1 of 2 sees [[1.0], [2.0]]" in log
+
+
+def test_a_ray_host_publishes_a_kept_state_while_its_step_runs(make_workspace, ray_cluster, tmp_path) -> None:
+    """The keeper waits for a file its reader writes (tests/test_kept_checkpoints.py): the
+    build ends at all only if the reader of its state at step 2 ran, on the cluster, while
+    the keeper was still running there."""
+    from test_kept_checkpoints import _workspace
+
+    ws = _workspace(make_workspace, tmp_path)
+    built = build_json(ws, "--jobs", "3", *_ray(ray_cluster, "//p:all"))
+    assert set(statuses(built).values()) == {"built"}, built["stderr"]
+    assert "published its checkpoint at step 2" in built["stderr"]
+    rc, out, err = run_cli(ws, "show", "--json", "//p:count")
+    assert rc == 0, err
+    state = json.loads(run_cli(ws, "show", "--json", json.loads(out)["checkpoints"]["2"])[1])
+    assert (
+        state["label"] == "//p:count at step 2"
+        and state["provenance"]["attempt"] == built["by_label"]["//p:count"]["attempt"]
+    )

@@ -37,6 +37,7 @@ from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, input_files
 from marinbuild.actions.graph import Checkpoint, Graph
 from marinbuild.actions.hermetic import StepSettings, recorded_environment, step_environment
+from marinbuild.actions.kept_states import kept_keys, publish_kept_state
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
 from marinbuild.actions.resume import resume_point
 from marinbuild.errors import EgressOverBudget, GraphError, OutputDamaged, StoreReadOnly, StoreUnavailable
@@ -47,11 +48,10 @@ from marinbuild.store import (
     Lease,
     Lookup,
     Outputs,
-    new_attempt_id,
     reporting_transfers,
 )
 from marinbuild.store.live_sync import syncing
-from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
+from marinbuild.store.manifest import FileEntry, Manifest
 from marinbuild.store.mirrors import MirrorHit, format_bytes
 from marinbuild.targets.context import StepFailed
 from marinbuild.targets.rule import Resources, RetryPolicy, Rule, Target, checkpoint_dir, checkpoint_name
@@ -505,33 +505,9 @@ class Scheduler:
     def _publish_checkpoint(
         self, checkpoint: Checkpoint, of_key: str, files: Path, attempt: str | None = None
     ) -> Outputs:
-        """Publish a kept state from `files` under its own key (under that key's lease, as any
-        step; the first entry wins, and every one holds the same bytes: training here is
-        deterministic). `of_key` is the key of the step that keeps it, `attempt` that step's
-        attempt when it publishes while running."""
-        recipe = keys.checkpoint_recipe(of_key, checkpoint.step)
-        key = keys.action_key(recipe)
-        name = checkpoint_name(checkpoint.of, checkpoint.step)
-        with self.cache.lease(key):
-            found = self.cache.lookup(key).outputs
-            if found is not None:
-                return found
-            staging = self.cache.new_staging()
-            try:
-                shutil.copytree(files, staging.out, dirs_exist_ok=True)
-                provenance = {
-                    "label": name,
-                    "checkpoint_of": {"label": checkpoint.of, "key": of_key, "step": checkpoint.step},
-                    "attrs": recipe["attrs"],
-                    "attempt": attempt,
-                    "finished": _now(),
-                    **self.provenance.invocation,
-                }
-                return self.cache.publish(
-                    Attempt(key, name, new_attempt_id(), staging), recipe, provenance, hash_tree(staging.out)
-                )
-            finally:
-                shutil.rmtree(staging.root, ignore_errors=True)
+        return publish_kept_state(
+            self.cache, checkpoint.of, of_key, checkpoint.step, files, attempt, self.provenance.invocation
+        )
 
     def _kept_by_running(self, planned: _Planned, attempt: Attempt, step: int, files: Path) -> None:
         """`ctx.publish_checkpoint` of a running step (on its worker thread): publish the
@@ -697,6 +673,8 @@ class Scheduler:
             return _Outcome(None, duration, outcome.error, log, attempt=attempt.attempt_id, failure=outcome.retry_as)
         measured = {"measured": outcome.measured} if outcome.measured else {}
         provenance = {**attempt.record, "finished": _now(), "duration_s": round(duration, 3), **measured}
+        if planned.target.rule.keeps_checkpoints:  # its entry names them: `cache gc` keeps them with it
+            provenance["checkpoints"] = kept_keys(key, planned.target.attrs[planned.target.rule.keeps_checkpoints])
         provenance.pop("status", None)
         published = outcome.uploaded or outcome.manifest
         assert published is not None

@@ -5,8 +5,9 @@ attempts and publishes entries, exactly as with local execution. What it hands t
 is one attempt: one `StepHost` actor per host the step needs (one for most steps; a TPU
 slice's hosts, or several GPU or CPU hosts, for a multi-host rule), placed by the
 requests of `placement.py`. The hosts fetch inputs from the shared store and the first
-one uploads the outputs under the key; the driver streams their logs into the attempt's
-log and commits the entry. A step whose host dies is reported as WorkerLost, which the
+one publishes the states the step keeps as it writes them and uploads the outputs under
+the key; the driver streams their logs into the attempt's log, starts what reads a kept
+state as soon as it is told of it, and commits the entry. A step whose host dies is reported as WorkerLost, which the
 scheduler retries by the rule's policy; a step the cluster cannot place within the
 placement timeout fails with the resources it asked for and those the cluster has.
 """
@@ -118,6 +119,10 @@ class RayExecutor(Executor):
                 "action_env": [*self.steps.action_env, *target.rule.env],
                 "sandbox": self.steps.sandbox,
                 "dependencies": dependencies_to_json(dict(dependencies)),
+                "keeps": target.attrs[target.rule.keeps_checkpoints] if target.rule.keeps_checkpoints else None,
+                # The attempt whose host publishes the kept states: its staging directory
+                # is named by its id (store/layout.py).
+                "attempt": context.log_path.parent.name,
             }
             for rank, host in enumerate(hosts):
                 host.start.remote({**request, "distributed": distributed[rank], "uploads": rank == 0})
@@ -220,6 +225,12 @@ class RayExecutor(Executor):
                         log.flush()
                     if report["progress"] is not None and rank == 0:
                         context.progress(*report["progress"])
+                    for kept in report["kept"]:  # published by the host: the driver finds its entry
+                        if "error" in kept:
+                            log.write(f"marinbuild: could not publish the state at step {kept['step']} yet: ")
+                            log.write(f"{kept['error']}\n")
+                        else:
+                            context.publish_checkpoint(kept["step"], Path(kept["directory"]))
                     outcome = report["outcome"]
                     if outcome is not None and rank == 0:
                         context.measure(**outcome["measured"])

@@ -2,9 +2,11 @@
 
 The actor fetches the step's inputs from the shared store into this host's local cache,
 runs the rule in a worker process (`marinbuild.actions.worker`, as locally), and, on
-the first host of the step, uploads the outputs under the key. It reports through
-`poll()`: new log text, progress, and the outcome, so the driver streams the log and
-progress while the step runs. The driver kills the actor when the step ends; its worker
+the first host of the step, publishes the states it keeps as it writes them (each an
+entry of its own, docs/checkpoints.md) and uploads the outputs under the key. It reports
+through `poll()`: new log text, progress, the kept states published, and the outcome, so
+the driver streams the log and progress while the step runs, and starts what reads a
+kept state before the step ends. The driver kills the actor when the step ends; its worker
 process dies with it (it asks the kernel to), so a killed actor leaves nothing running.
 """
 
@@ -15,12 +17,15 @@ import shutil
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from marinbuild.actions.attempt import StepRun
+from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.executor import input_files, run_in_subprocess
 from marinbuild.actions.hermetic import step_environment
+from marinbuild.actions.kept_states import publish_kept_state
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
 from marinbuild.store import ActionCache, AttemptStatus, Outputs, StoreSpec, open_store
@@ -65,6 +70,7 @@ class StepHost:
         self._progress: list[Any] | None = None
         self._outcome: dict[str, Any] | None = None
         self._scratch_copy: Path | None = None  # this host's copy of a remote store's scratch
+        self._kept: list[dict[str, Any]] = []  # kept states published since the last poll
 
     def address(self) -> dict[str, Any]:
         import ray
@@ -96,10 +102,11 @@ class StepHost:
                 self._offset += len(data)
                 text = data.decode(errors="replace")
             progress, self._progress = self._progress, None
+            kept, self._kept = self._kept, []
             outcome = self._outcome if not _unsent(self._log, self._offset) else None
             if outcome is not None and self._staging is not None:
                 shutil.rmtree(self._staging, ignore_errors=True)
-            return {"log": text, "progress": progress, "outcome": outcome}
+            return {"log": text, "progress": progress, "kept": kept, "outcome": outcome}
 
     def discard_scratch(self) -> None:
         """The step succeeded on every host: this host's copy of its checkpoints is of no
@@ -139,6 +146,7 @@ class StepHost:
                 scratch,
                 request["distributed"],
                 self._report_progress,
+                self._publisher(cache, request) if request["uploads"] and request["keeps"] else None,
                 env=step_environment(env, request["action_env"]),
                 sandbox=request["sandbox"],
             )
@@ -162,6 +170,31 @@ class StepHost:
                 shutil.rmtree(self._staging / "work", ignore_errors=True)
         with self._lock:
             self._outcome = outcome
+
+    def _publisher(self, cache: ActionCache, request: dict[str, Any]) -> Callable[[int, Path], None]:
+        """`ctx.publish_checkpoint` on the first host: the state is published from here, where
+        its files are, as a local run publishes it, and announced to the driver by `poll()`,
+        which then starts what reads it. A state that cannot be published now is published
+        from the output when the step ends."""
+        invocation = Provenance(Path(request["workspace"])).invocation  # who published it: this host
+
+        def publish(step: int, directory: Path) -> None:
+            if step not in request["keeps"]:  # the driver warns of it, and publishes nothing
+                with self._lock:
+                    self._kept.append({"step": step, "directory": str(directory)})
+                return
+            try:
+                outputs = publish_kept_state(
+                    cache, request["label"], request["key"], step, directory, request["attempt"], invocation
+                )
+            except Exception as error:  # noqa: BLE001 - published from the output when the step ends
+                with self._lock:
+                    self._kept.append({"step": step, "directory": str(directory), "error": str(error)})
+                return
+            with self._lock:
+                self._kept.append({"step": step, "directory": str(directory), "key": outputs.key})
+
+        return publish
 
     def _report_progress(self, done: float, total: float | None, unit: str) -> None:
         with self._lock:

@@ -25,18 +25,15 @@ from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from marinbuild.errors import OutputDamaged
 from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_file, digest_json
 from marinbuild.memo import Memo
 from marinbuild.store import layout
-from marinbuild.store.base import Lease, Store, WaitingFn
+from marinbuild.store.base import Lease, MirrorLookup, Store, WaitingFn
 from marinbuild.store.manifest import FileEntry, Manifest
 from marinbuild.store.records import Records
-
-if TYPE_CHECKING:
-    from marinbuild.store.mirrors import Mirrors
 
 ENTRY_FORMAT = 1
 _PARALLEL_LOOKUPS = 32
@@ -230,7 +227,7 @@ class ActionCache:
         self._listed: dict[str, Hashable] | None = None
         # Buckets in other regions holding copies of this store, asked by a build for keys
         # missing here (store/mirrors.py); None: a store in one place.
-        self.mirrors: Mirrors | None = None
+        self.mirrors: MirrorLookup | None = None
 
     def output_dir(self, key: str) -> str:
         return self.store.location(layout.output(key))

@@ -17,16 +17,56 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
+
+from marinbuild.store import layout
 
 if TYPE_CHECKING:
-    from marinbuild.store.live_sync import ScratchMirror
     from marinbuild.store.manifest import Manifest
 
 WaitingFn = Callable[[str], None]
+
+
+class MirrorLookup(Protocol):
+    """Buckets in other regions holding copies of a store, asked for keys it lacks
+    (`mirrors.Mirrors`): a protocol here, so that the action cache that holds one and the
+    mirrors that read entries through it do not import each other."""
+
+    def find(self, keys: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+        """The keys a mirror holds, verified there, and the problems found."""
+        ...
+
+    def hit(self, key: str) -> Any:
+        """What an earlier look-up found for `key` (None: not found, or not asked)."""
+        ...
+
+    def outputs(self, hit: Any) -> Any:
+        """A hit's outputs, read where they lie (a dry run's)."""
+        ...
+
+    def copy(self, hit: Any) -> Any:
+        """Copy a hit into the local bucket; its outputs there."""
+        ...
+
+
+class ScratchMirror(Protocol):
+    """A running step's scratch directory kept in the store, so that another machine can
+    take the step over from its last checkpoint (`live_sync.RemoteScratch`)."""
+
+    def restore(self) -> int:
+        """Download the stored scratch if this machine has none; the number of files restored."""
+        ...
+
+    def sync(self) -> None:
+        """Upload what changed in the local scratch since the last sync."""
+        ...
+
+    def discard(self) -> None:
+        """The key is published: the stored scratch is of no further use."""
+        ...
 
 
 @dataclass
@@ -160,8 +200,6 @@ class Store(abc.ABC):
 
         `shared_root`: a directory several machines mount (a multi-host step on a remote
         store), in which each store has its own space."""
-        from marinbuild.store import layout
-
         if shared_root is None:
             directory = self.local_path(layout.scratch(key))
         else:
@@ -196,3 +234,20 @@ class Store(abc.ABC):
         """Exclusive ownership of `name` among all builders sharing this store (blocks).
 
         `waiting` is told, now and then, who holds the lease while this builder waits."""
+
+
+class TransferringStore(Store):
+    """A store whose objects are not files of this machine (`remote.py`): they are moved to
+    and from it, many at a time. What fills the local cache and mirrors a step's scratch
+    (`local_cache.py`, `live_sync.py`) asks only this of it, so neither imports the store."""
+
+    @abc.abstractmethod
+    def put_files(self, files: Mapping[Path, str]) -> None:
+        """Upload local files to objects, leaving the local files in place."""
+
+    @abc.abstractmethod
+    def get_files(
+        self, files: Mapping[str, Path], total_bytes: int = 0, sizes: Mapping[str, int] | None = None
+    ) -> dict[Path, str]:
+        """Download objects to local files; with `sizes` (files checked against a manifest),
+        the BLAKE3 of each local file as it landed."""

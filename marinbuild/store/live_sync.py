@@ -29,14 +29,10 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from marinbuild.errors import StoreError
 from marinbuild.store import deadlines, layout
-from marinbuild.store.base import Store
-
-if TYPE_CHECKING:
-    from marinbuild.store.remote import RemoteStore
+from marinbuild.store.base import ScratchMirror, Store, TransferringStore
 
 _DEFAULT_SYNC_S = 10.0
 _MIN_SYNC_S = 1.0  # GCS: about one write per second per object
@@ -60,10 +56,10 @@ class _LogUploader:
             self.uploaded_size = len(data)
 
 
-class ScratchMirror:
+class RemoteScratch:
     """A resumable step's scratch directory, mirrored to `scratch/<kk>/<key>/` in a remote store."""
 
-    def __init__(self, store: RemoteStore, key: str, local: Path):
+    def __init__(self, store: TransferringStore, key: str, local: Path):
         self.store, self.prefix, self.local = store, layout.scratch(key), local
         self.uploaded: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) when uploaded
 

@@ -15,13 +15,10 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from marinbuild.errors import OutputDamaged
+from marinbuild.store.base import TransferringStore
 from marinbuild.store.manifest import Manifest
-
-if TYPE_CHECKING:
-    from marinbuild.store.remote import RemoteStore
 
 
 class LocalCache:
@@ -72,7 +69,7 @@ class LocalCache:
             self._add_blob(directory / item.path, item.digest)
         self._assemble(manifest)
 
-    def materialise(self, store: RemoteStore, prefix: str, manifest: Manifest) -> Path:
+    def materialise(self, store: TransferringStore, prefix: str, manifest: Manifest) -> Path:
         """A local directory with the files of `manifest` stored under `prefix`, verified."""
         tree = self._tree(manifest)
         if tree.exists():

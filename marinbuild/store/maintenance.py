@@ -4,8 +4,10 @@ Garbage collection works per key (its entry, outputs, attempts, scratch, and the
 index's pointers to its attempts) and is
 conservative: a key is kept if the workspace's current recipes produce it, if it is
 pinned (`pins/<key>`), if an invocation younger than the grace period built or used
-it, or if its lease is held right now; otherwise it is swept once its newest activity
-(the entry's publication, else its newest attempt) is older than the grace period.
+it, if its lease is held right now, if a step running now (its lease held) reads it, or
+if it is a kept state (a checkpoint) that the entry of a key kept for any of these
+reasons names; otherwise it is swept once its newest activity (the entry's publication,
+else its newest attempt) is older than the grace period.
 The entry is deleted first, so that at no moment does an entry point at missing files.
 
 It also removes the records of builds older than the grace period that the caller names
@@ -23,12 +25,13 @@ import shutil
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from marinbuild.errors import StoreReadOnly
 from marinbuild.store import layout
-from marinbuild.store.action_cache import ActionCache, CacheEntry, attempt_id_time, new_attempt_id
+from marinbuild.store.action_cache import ActionCache, AttemptStatus, CacheEntry, attempt_id_time, new_attempt_id
 from marinbuild.store.base import ObjectStat, Store
 from marinbuild.store.records import Records
 
@@ -132,6 +135,39 @@ def _recent_invocation_keys(store: Store, since: float) -> set[str]:
     return keys
 
 
+def _read_by_running_steps(cache: ActionCache, objects: dict[str, dict[str, ObjectStat]]) -> set[str]:
+    """The keys of the inputs of every step running now (its key's lease held, its attempt
+    recorded as running): an evaluation reading a checkpoint that its run, still training,
+    published has no other claim on it until a build records it."""
+    keys: set[str] = set()
+    for key, paths in objects.items():
+        if layout.lock(key) not in paths or cache.store.lease_holder(layout.lock(key)) is None:
+            continue  # a lease object exists only while held, a local store's lock file for good
+        running = [
+            p.rsplit("/", 1)[1].removesuffix(".json")
+            for p in paths
+            if p.startswith("attempts/") and p.endswith(".json")
+        ]
+        for attempt_id in running:
+            record = cache.records.read_attempt(key, attempt_id) or {}
+            if record.get("status") == AttemptStatus.RUNNING.value:
+                keys.update(str(item["key"]) for item in record.get("inputs", {}).values() if item.get("key"))
+    return keys
+
+
+def _kept_states_named(cache: ActionCache, keys: list[str]) -> set[str]:
+    """The keys of the kept states (checkpoints) that the entries of `keys` name: they stay
+    as long as the entry of the step that kept them does."""
+    with ThreadPoolExecutor(max_workers=max(1, min(len(keys), cache.store.lookup_concurrency))) as pool:
+        entries = list(pool.map(cache.read_entry, keys))
+    return {
+        str(key)
+        for entry in entries
+        if isinstance(entry, CacheEntry)
+        for key in (entry.provenance.get("checkpoints") or {}).values()
+    }
+
+
 def _last_activity(cache: ActionCache, key: str, paths: Iterable[str]) -> tuple[float | None, str]:
     """When the key was last published or attempted, and its experiment (package)."""
     entry = cache.read_entry(key)
@@ -154,7 +190,9 @@ def collect_garbage(
     objects = _by_key(tree)
     keep = live | {path.removeprefix("pins/") for path in store.list("pins")}
     keep |= _recent_invocation_keys(store, now - grace_s)
+    keep |= _read_by_running_steps(cache, objects)
     report = GcReport()
+    swept: dict[str, str] = {}  # key -> its experiment
     for key, paths in sorted(objects.items()):
         if key in keep:
             continue
@@ -165,7 +203,12 @@ def collect_garbage(
         if last is not None and last > now - grace_s:
             report.kept_young += 1
             continue
-        size = sum(stat.size for stat in paths.values())
+        swept[key] = experiment
+    staying = [key for key, paths in objects.items() if key not in swept and layout.entry(key) in paths]
+    for key in _kept_states_named(cache, staying):
+        swept.pop(key, None)
+    for key, experiment in swept.items():
+        size = sum(stat.size for stat in objects[key].values())
         report.removed[key] = size
         report.bytes_by_experiment[experiment] += size
         if not dry_run:

@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 from marinbuild.errors import StoreError, StoreReadOnly
 from marinbuild.hashing import digest_file
 from marinbuild.store import deadlines
-from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec, WaitingFn
-from marinbuild.store.live_sync import ScratchMirror
+from marinbuild.store.base import Lease, ObjectStat, ScratchMirror, StoreSpec, TransferringStore, WaitingFn
+from marinbuild.store.live_sync import RemoteScratch
 from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.manifest import Manifest
 from marinbuild.store.transfers import transfer_callback
@@ -80,7 +80,7 @@ def _refused(error: BaseException) -> bool:
     )
 
 
-class RemoteStore(Store):
+class RemoteStore(TransferringStore):
     """A store whose objects live behind fsspec. `machine_dir` is this machine's own space,
     never shared: `local_dir` under it holds this store's staging of running attempts,
     copies of logs and scratch; the local cache holds copies of outputs by digest."""
@@ -309,7 +309,7 @@ class RemoteStore(Store):
             yield files
 
     def scratch_mirror(self, key: str, local: Path) -> ScratchMirror:
-        return ScratchMirror(self, key, local)
+        return RemoteScratch(self, key, local)
 
     def local_path(self, path: str) -> Path:
         return self.local_dir / path

@@ -181,8 +181,10 @@ class Context:
         attribute lists) now, while the step goes on: the files of `directory`, laid out as
         they will be in the output under `checkpoint_dir(step)`. Targets that read that
         state (`StepInput`) can then start before this step ends. `directory` must stay as it
-        is until the step ends (the builder may copy it later). Where nothing relays it (a Ray host),
-        the state is published from the output when the step ends, with the same bytes."""
+        is until the step ends (the builder may copy it later). On a Ray cluster the step's
+        first host publishes it and tells the driver. Where nothing relays it (a run aside,
+        `rerun --check`), or it could not be published yet, it is published from the output
+        when the step ends, with the same bytes."""
         if self.checkpoint_fn is not None:
             self.checkpoint_fn(step, directory)
 
