@@ -652,14 +652,14 @@ def test_a_store_without_preconditions_refuses_to_build_unless_told(make_workspa
 
 
 def test_scratch_mirror_uploads_changes_restores_elsewhere_and_mirrors_deletions(gcs_bucket, tmp_path):
-    from marinbuild.store.live_sync import ScratchMirror
+    from marinbuild.store.live_sync import RemoteScratch
 
     store = gcs_store(gcs_bucket, tmp_path, "mirror")
     local = tmp_path / "scratch-a"
     (local / "step-1").mkdir(parents=True)
     (local / "step-1" / "shard").write_bytes(b"weights-1")
     (local / "step-1" / "metadata.json").write_text("{}")
-    mirror = ScratchMirror(store, "k" * 64, local)
+    mirror = RemoteScratch(store, "k" * 64, local)
     mirror.sync()
     prefix = layout.scratch("k" * 64)
     assert sorted(store.stat_tree(prefix)) == ["step-1/metadata.json", "step-1/shard"]
@@ -669,9 +669,9 @@ def test_scratch_mirror_uploads_changes_restores_elsewhere_and_mirrors_deletions
         stale.unlink()
     mirror.sync()
     assert sorted(store.stat_tree(prefix)) == ["step-2/shard"]
-    elsewhere = ScratchMirror(store, "k" * 64, tmp_path / "scratch-b")
+    elsewhere = RemoteScratch(store, "k" * 64, tmp_path / "scratch-b")
     assert elsewhere.restore() == 1
     assert (tmp_path / "scratch-b" / "step-2" / "shard").read_bytes() == b"weights-2"
-    assert ScratchMirror(store, "k" * 64, local).restore() == 0, "a machine's own scratch is kept as it is"
+    assert RemoteScratch(store, "k" * 64, local).restore() == 0, "a machine's own scratch is kept as it is"
     mirror.discard()
     assert store.stat_tree(prefix) == {}
