@@ -6,17 +6,53 @@ per thousand entries) answers every look-up, entries read before are remembered 
 generation, and outputs are verified when read rather than listed per look-up. Counted
 here at the HTTP boundary, against fake-gcs-server. (The speed itself is measured by
 bench/store.py, not asserted here.)
+
+Issue #28: a machine that never built the targets (a new checkout, a new HOME) remembers
+no entry, and each level of the graph waited for the entries of the level before it, whose
+tree digests its keys are made of: a round trip per level. Now the listing shows each
+entry's tree digest beside it, the build foresees every key from it, and reads the
+entries it needs all at once; the hint is never trusted (an entry read says what the
+outputs are).
 """
 
 from __future__ import annotations
 
-from conftest import build_json, cli_env, run_cli, statuses
+import json
+import threading
+from pathlib import Path
+
+from conftest import build_json, cli_env, parse_json_output, run_cli, statuses
 from test_store_faults import FaultyProxy
+
+from marinbuild.store import layout
+from marinbuild.store.action_cache import LISTING_PAYS_FROM, TREE_HINT
 
 
 def _genrules(count: int) -> dict[str, str]:
     lines = [f'genrule(name = "t{i}", outs = ["t{i}.txt"], cmd = "echo {i} > $@")' for i in range(count)]
     return {"pkg/BUILD.marin": "\n".join(lines) + "\n"}
+
+
+def _chain(count: int) -> dict[str, str]:
+    """`count` genrules, each reading the one before it: a graph `count` levels deep."""
+    lines = ['genrule(name = "t0", outs = ["t0.txt"], cmd = "echo 0 > $@")']
+    lines += [
+        f'genrule(name = "t{i}", srcs = [":t{i - 1}"], outs = ["t{i}.txt"], cmd = "cat $(SRCS) > $@ && echo {i} >> $@")'
+        for i in range(1, count)
+    ]
+    return {"pkg/BUILD.marin": "\n".join(lines) + "\n"}
+
+
+def _new_machine(tmp_path: Path, proxy_url: str) -> dict[str, str]:
+    """The environment of a machine that never built anything: a HOME of its own, empty."""
+    home = tmp_path / f"home-{len(list(tmp_path.glob('home-*')))}"
+    home.mkdir()
+    return {**cli_env(), "HOME": str(home), "STORAGE_EMULATOR_HOST": proxy_url}
+
+
+def _entry_read(method: str, path: str) -> bool:
+    """Whether a request reads an action-cache entry's bytes (gcsfs's `cat_file`)."""
+    return method == "GET" and "alt=media" in path and "%2Fac%2F" in path
 
 
 def _noop_requests(ws, store: str, upstream: str) -> int:
@@ -42,3 +78,87 @@ def test_a_noop_build_sends_a_few_requests_whatever_the_number_of_targets(make_w
         counts[count] = _noop_requests(ws, store, fake_gcs_server.url)
     assert counts[240] <= 0.05 * 240 + 10, counts
     assert counts[240] - counts[40] <= 0.05 * 200, counts
+
+
+def test_a_new_machine_reads_the_entries_of_every_level_at_once(make_workspace, fake_gcs_server, gcs_bucket, tmp_path):
+    """A no-op from a new checkout and a new HOME, on a chain as deep as it is long: every
+    entry read is in flight at once (the proxy holds each answer until all of them have
+    come), not one level after another, and each entry is read once."""
+    count = LISTING_PAYS_FROM + 8
+    files = _chain(count)
+    store = f"gs://{gcs_bucket}/chain"
+    built = build_json(make_workspace(files), "//pkg:all", store=store)
+    assert set(statuses(built).values()) == {"built"}
+    together = threading.Barrier(count)
+    apart: list[str] = []
+
+    def hold_until_all_came(method: str, path: str, body: bytes) -> bytes:
+        if _entry_read(method, path):
+            try:
+                together.wait(timeout=20)  # only ever reached when reads go a level at a time
+            except threading.BrokenBarrierError:
+                apart.append(path)
+        return body
+
+    proxy = FaultyProxy(fake_gcs_server.url, edit=hold_until_all_came)
+    try:
+        rc, out, err = run_cli(
+            make_workspace(files), "build", "--json", "//pkg:all", store=store, env=_new_machine(tmp_path, proxy.url)
+        )
+    finally:
+        proxy.close()
+    assert rc == 0, err
+    noop = parse_json_output(out)
+    assert set(statuses(noop).values()) == {"cached"}
+    assert {item["label"]: item["key"] for item in noop["targets"]} == {
+        item["label"]: item["key"] for item in built["targets"]
+    }
+    assert not apart, f"{len(apart)} of {count} entries were read after the others"
+    reads = [request for request in proxy.requests if _entry_read(*request.split(" ", 1))]
+    assert len(reads) == count, reads
+    assert len(proxy.requests) <= count + 8, proxy.requests
+
+
+def test_a_wrong_tree_digest_beside_an_entry_never_makes_a_wrong_hit(
+    make_workspace, fake_gcs_server, gcs_bucket, tmp_path
+):
+    """The tree digest a listing shows beside an entry is a hint: set to another output's
+    (that of another version of the same target, whose dependent is built too), a new
+    machine foresees the wrong key for the dependent, and still finds the right one, from
+    the entry itself."""
+    fillers = [f'genrule(name = "f{i}", outs = ["f{i}.txt"], cmd = "echo {i} > $@")' for i in range(LISTING_PAYS_FROM)]
+
+    def version(text: str) -> dict[str, str]:
+        lines = [
+            f'genrule(name = "a", outs = ["a.txt"], cmd = "echo {text} > $@")',
+            'genrule(name = "b", srcs = [":a"], outs = ["b.txt"], cmd = "cat $(SRCS) > $@ && echo b >> $@")',
+            *fillers,
+        ]
+        return {"pkg/BUILD.marin": "\n".join(lines) + "\n"}
+
+    store = f"gs://{gcs_bucket}/hint"
+    first = build_json(make_workspace(version("one")), "//pkg:all", store=store)["by_label"]
+    second = build_json(make_workspace(version("two")), "//pkg:all", store=store)["by_label"]
+    assert first["//pkg:b"]["key"] != second["//pkg:b"]["key"]
+    fs = fake_gcs_server.fs()
+
+    def entry(key: str) -> str:
+        return f"{gcs_bucket}/hint/{layout.entry(key)}"
+
+    other_tree = json.loads(fs.cat(entry(second["//pkg:a"]["key"])))["tree_digest"]
+    fs.setxattrs(entry(first["//pkg:a"]["key"]), **{TREE_HINT: other_tree})  # the metadata alone: same generation
+    assert fs.info(entry(first["//pkg:a"]["key"]))["metadata"] == {TREE_HINT: other_tree}
+
+    proxy = FaultyProxy(fake_gcs_server.url)
+    try:
+        ws = make_workspace(version("one"))
+        rc, out, err = run_cli(ws, "build", "--json", "//pkg:all", store=store, env=_new_machine(tmp_path, proxy.url))
+    finally:
+        proxy.close()
+    assert rc == 0, err
+    noop = parse_json_output(out)["by_label"]
+    assert {label: item["status"] for label, item in noop.items()} == dict.fromkeys(noop, "cached")
+    assert noop["//pkg:b"]["key"] == first["//pkg:b"]["key"]
+    foreseen = entry(second["//pkg:b"]["key"]).split("/", 1)[1].replace("/", "%2F")
+    assert any(foreseen in request for request in proxy.requests), "the wrong hint was not followed"
+    assert fs.cat(f"{noop['//pkg:b']['output']}/b.txt") == b"one\nb\n"

@@ -193,6 +193,7 @@ class Scheduler:
         self.reporter.build_started(len(self.graph.targets))
         self._hash_sources()
         self.cache.list_entries(len(self.graph.targets))
+        self.cache.read_ahead(self._foreseen_keys())
         ready = self._ready
         ready.extend(label for label in self.graph.order if self._waiting[label] == 0)
         queued: deque[_Planned] = deque()
@@ -252,6 +253,27 @@ class Scheduler:
             digest, _size = self.cache.stat_cache.digest(source.path)
             self._tokens[label] = keys.source_token(source.label.name, digest)
 
+    def _foreseen_keys(self) -> list[str]:
+        """The keys this build will look up, as far as the store's listing foretells them.
+
+        A target's key is known once its inputs' outputs are, which a look-up tells level
+        by level of the graph; the listing shows beside each entry the tree digest of its
+        outputs (`ActionCache.listed_tree`), from which its dependents' keys follow before
+        it is read. Pinned targets and kept states are not foreseen, nor what reads them.
+        A wrong hint only foresees a key that is not looked up: every key looked up is made
+        of what verified entries say."""
+        tokens = dict(self._tokens)
+        foreseen = []
+        for label in self.graph.order:
+            if self.graph.targets[label].rule.pinned or not all(dep in tokens for dep in self.graph.inputs(label)):
+                continue
+            key = keys.target_key(*self._key_ingredients(label, tokens))
+            foreseen.append(key)
+            tree = self.cache.listed_tree(key)
+            if tree is not None:
+                tokens[label] = keys.output_token(tree)
+        return foreseen
+
     def _external(self, label: str) -> str | None:
         target = self.graph.targets[label]
         if target.rule.external_inputs is None:
@@ -273,11 +295,14 @@ class Scheduler:
         )
         return [item for item in planned if item is not None]
 
-    def _key_ingredients(self, label: str) -> tuple[Target, Callable[[str], str], str, str | None, str | None]:
-        """What a target's key and recipe are made of, once its inputs are known."""
+    def _key_ingredients(
+        self, label: str, tokens: dict[str, str] | None = None
+    ) -> tuple[Target, Callable[[str], str], str, str | None, str | None]:
+        """What a target's key and recipe are made of, once its inputs are known (their
+        tokens: the build's, or foreseen ones)."""
         target = self.graph.targets[label]
         code = keys.code_digest(target.rule) if self.options.strict_code else None
-        return target, self._tokens.__getitem__, self.salt, self._external(label), code
+        return target, (self._tokens if tokens is None else tokens).__getitem__, self.salt, self._external(label), code
 
     def recipe(self, label: str) -> dict[str, Any] | None:
         """The recipe of a target whose key this build knows (None for the others). Made

@@ -21,7 +21,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Hashable
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +31,7 @@ from marinbuild.errors import OutputDamaged
 from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_file, digest_json
 from marinbuild.memo import Memo
 from marinbuild.store import layout
-from marinbuild.store.base import Lease, MirrorLookup, Store, WaitingFn
+from marinbuild.store.base import Lease, MirrorLookup, Signed, Store, WaitingFn
 from marinbuild.store.manifest import FileEntry, Manifest
 from marinbuild.store.records import Records
 
@@ -40,6 +40,9 @@ _PARALLEL_LOOKUPS = 32
 # From this many keys to look up on, one listing of a store's entries (a page of a thousand
 # per request on GCS) is cheaper than a request per key.
 LISTING_PAYS_FROM = 32
+# The metadata an entry is created with that listings show: the tree digest of its outputs,
+# from which a reader foresees its dependents' keys before reading it (`read_ahead`).
+TREE_HINT = "marinbuild-tree-digest"
 
 
 _ID_TIME = "%Y%m%dT%H%M%SZ"  # the stamp that begins attempt and invocation ids
@@ -224,7 +227,10 @@ class ActionCache:
         # Entries' signatures from one listing of the store (`list_entries`), for a store
         # where a request per key costs a round trip. Entries are created once and never
         # rewritten, so a listed one is there as listed; a key not listed is asked for.
-        self._listed: dict[str, Hashable] | None = None
+        self._listed: dict[str, Signed] | None = None
+        # Entries' bytes read together before their look-ups (`read_ahead`), each taken by
+        # the look-up of its key and verified there like any entry read.
+        self._read_ahead: dict[str, bytes] = {}
         # Buckets in other regions holding copies of this store, asked by a build for keys
         # missing here (store/mirrors.py); None: a store in one place.
         self.mirrors: MirrorLookup | None = None
@@ -268,11 +274,37 @@ class ActionCache:
         if keys >= LISTING_PAYS_FROM and self.store.lists_signatures and self._listed is None:
             self._listed = self.store.signatures("ac")
 
+    def listed_tree(self, key: str) -> str | None:
+        """The tree digest the listing shows beside `key`'s entry (None: not listed, or
+        published without it). A hint, never trusted: it only tells which entries a build
+        will read, and the entry read says what the outputs are."""
+        listed = self._listed.get(layout.entry(key)) if self._listed is not None else None
+        return None if listed is None else listed.metadata.get(TREE_HINT)
+
+    def read_ahead(self, keys: Sequence[str]) -> None:
+        """Read at once the listed entries of `keys` that this machine has not verified
+        before, for their look-ups: a build foresees its keys from the listing's hints
+        (`listed_tree`), so that a machine new to a store reads the entries of a whole graph
+        in overlapping round trips rather than a round trip per level of the graph."""
+        if self._listed is None:
+            return
+        unread = [path for path in map(layout.entry, keys) if path in self._listed and not self._remembered(path)]
+        self._read_ahead.update(self.store.read_many(unread))
+
+    def _remembered(self, path: str) -> bool:
+        """Whether the memo holds the entry at `path` as listed (always False unlisted)."""
+        listed, remembered = self._listed.get(path) if self._listed is not None else None, self.memo.get(path)
+        return listed is not None and remembered is not None and remembered[0] == listed.signature
+
+    def _answered_here(self, key: str) -> bool:
+        """Whether looking `key` up asks the store nothing: remembered, or read ahead."""
+        path = layout.entry(key)
+        return path in self._read_ahead or self._remembered(path)
+
     def lookup(self, key: str) -> Lookup:
         path = layout.entry(key)
-        signature = self._listed.get(path) if self._listed is not None else None
-        if signature is None:
-            signature = self.store.signature(path)
+        listed = self._listed.get(path) if self._listed is not None else None
+        signature = self.store.signature(path) if listed is None else listed.signature
         if signature is None:
             return Lookup(None)
         remembered = self.memo.get(path)
@@ -280,7 +312,8 @@ class ActionCache:
             tree_digest, files, checksums, rule_code = remembered[1:]
             manifest = Manifest(tuple(FileEntry(*item) for item in files))
         else:
-            parsed = self.read_entry(key)
+            data = self._read_ahead.pop(path, None)
+            parsed = self.read_entry(key) if data is None else verify_entry(key, data, path)
             if isinstance(parsed, str):
                 return Lookup(None, parsed)
             tree_digest, manifest, checksums = parsed.tree_digest, parsed.manifest, parsed.checksums
@@ -293,13 +326,16 @@ class ActionCache:
         return Lookup(Outputs(key, tree_digest, manifest, self.output_dir(key), rule_code))
 
     def lookup_many(self, keys: list[str]) -> list[Lookup]:
-        """Look keys up together: those the listing did not show concurrently on a remote
-        store, so that round trips overlap rather than add up."""
-        workers = min(len(keys), self.store.lookup_concurrency)
+        """Look keys up together: those that ask the store concurrently on a remote store,
+        so that round trips overlap rather than add up; the others here (threads cost more
+        to start than such a look-up, and a no-op build looks up every level of its graph)."""
+        asking = [key for key in keys if not self._answered_here(key)]
+        workers = min(len(asking), self.store.lookup_concurrency)
         if workers < 2:
             return [self.lookup(key) for key in keys]
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(self.lookup, keys))
+            asked = dict(zip(asking, pool.map(self.lookup, asking), strict=True))
+        return [asked[key] if key in asked else self.lookup(key) for key in keys]
 
     def read_entry(self, key: str) -> CacheEntry | str:
         """The entry of `key`, or what is wrong with it.
@@ -408,11 +444,16 @@ class ActionCache:
             manifest.tree_digest,
             uploaded.checksums,
         )
-        if not self.store.create_only(layout.entry(attempt.key), canonical_json(entry.to_json()).encode()):
+        if not self.create_entry(attempt.key, canonical_json(entry.to_json()).encode(), manifest.tree_digest):
             winner = self.lookup(attempt.key).outputs
             if winner is not None:
                 return winner
         return Outputs(attempt.key, manifest.tree_digest, manifest, root, provenance.get("rule_code"))
+
+    def create_entry(self, key: str, data: bytes, tree_digest: str) -> bool:
+        """Create `key`'s entry, holding `data`, create-only (False: one was there); its tree
+        digest goes beside it for listings to show (`listed_tree`)."""
+        return self.store.create_only(layout.entry(key), data, {TREE_HINT: tree_digest})
 
     def put_blob(self, attempt: Attempt, path: Path, digest: str) -> None:
         """Keep a source file a step reads, by content, so that the recipe can be rerun from
@@ -437,6 +478,7 @@ class ActionCache:
         """Move an unusable entry aside (kept for inspection) so the key can be published again."""
         if self._listed is not None:
             self._listed.pop(layout.entry(key), None)
+        self._read_ahead.pop(layout.entry(key), None)
         data = self.store.read_bytes(layout.entry(key))
         if data is not None:
             self.store.write_bytes(layout.quarantine(key, attempt_id), data)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -94,6 +94,15 @@ class ObjectStat:
 
 
 @dataclass(frozen=True)
+class Signed:
+    """What a listing tells of one object without reading it: its `signature`, and the
+    `metadata` it was created with (`create_only`), where the backend keeps any."""
+
+    signature: Hashable
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class StoreSpec:
     """What another process needs to open the same store (a Ray host): `open_store(spec)`.
 
@@ -137,8 +146,12 @@ class Store(abc.ABC):
         """Create or atomically replace an object (records that may be updated)."""
 
     @abc.abstractmethod
-    def create_only(self, path: str, data: bytes) -> bool:
-        """Create an object only if absent; False if it already existed. Never partial."""
+    def create_only(self, path: str, data: bytes, metadata: Mapping[str, str] | None = None) -> bool:
+        """Create an object only if absent; False if it already existed. Never partial.
+
+        `metadata`: a few strings that listings show beside the object (`signatures`),
+        where the backend keeps any (GCS's custom metadata; others drop them). They are
+        hints for a reader, who trusts only the object's bytes."""
 
     @abc.abstractmethod
     def exists(self, path: str) -> bool: ...
@@ -149,11 +162,17 @@ class Store(abc.ABC):
 
         Lets a reader trust what it already verified without reading it again."""
 
-    def signatures(self, prefix: str) -> dict[str, Hashable]:
-        """`signature` of every object under `prefix`, by path from the store's root, in one
-        listing (a page of a thousand objects per request on GCS): for stores that say
-        `lists_signatures`."""
+    def signatures(self, prefix: str) -> dict[str, Signed]:
+        """`signature` of every object under `prefix`, with its metadata, by path from the
+        store's root, in one listing (a page of a thousand objects per request on GCS): for
+        stores that say `lists_signatures`."""
         raise NotImplementedError(f"{type(self).__name__} does not list signatures")
+
+    def read_many(self, paths: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of the objects at `paths`, all asked for at once (their round trips
+        overlap), by path: for stores that say `lists_signatures`. An object absent, or
+        whose read failed, is left out: whoever needs it reads it on its own."""
+        raise NotImplementedError(f"{type(self).__name__} does not read many objects at once")
 
     @abc.abstractmethod
     def list(self, prefix: str) -> list[str]:

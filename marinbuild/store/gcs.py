@@ -183,15 +183,18 @@ class GCSStore(RemoteStore):
             return data, generation
 
     @backend_writes
-    def write_if_generation(self, path: str, data: bytes, generation: int) -> int:
-        """Write `path` only if its generation is `generation` (0: only if absent).
+    def write_if_generation(
+        self, path: str, data: bytes, generation: int, metadata: Mapping[str, str] | None = None
+    ) -> int:
+        """Write `path` only if its generation is `generation` (0: only if absent), with the
+        custom `metadata` that listings show beside it.
 
         Returns the new generation; FileExistsError if GCS refused (412). A multipart
         upload: GCS (and fake-gcs-server) check the precondition on it."""
-        metadata = json.dumps({"name": self._key(path)})
+        resource = json.dumps({"name": self._key(path), **({"metadata": dict(metadata)} if metadata else {})})
         body = (
             (
-                f"--{_BOUNDARY}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{metadata}\r\n"
+                f"--{_BOUNDARY}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{resource}\r\n"
                 f"--{_BOUNDARY}\r\nContent-Type: application/octet-stream\r\n\r\n"
             ).encode()
             + data
@@ -218,9 +221,9 @@ class GCSStore(RemoteStore):
         except (FileNotFoundError, FileExistsError):
             pass  # gone, or taken over: either way no longer ours
 
-    def create_only(self, path: str, data: bytes) -> bool:
+    def create_only(self, path: str, data: bytes, metadata: Mapping[str, str] | None = None) -> bool:
         try:
-            self.write_if_generation(path, data, 0)
+            self.write_if_generation(path, data, 0, metadata)
         except FileExistsError:
             # A create retried after a timeout (by gcsfs or by the deadlines) is refused if
             # the first try went through: an object holding exactly these bytes is ours (an

@@ -15,7 +15,7 @@ import functools
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -127,7 +127,7 @@ class LocalStore(Store):
         os.replace(temporary, target)
 
     @_local_errors
-    def create_only(self, path: str, data: bytes) -> bool:
+    def create_only(self, path: str, data: bytes, metadata: Mapping[str, str] | None = None) -> bool:
         target = self._path(path)
         temporary = self._temporary_sibling(target)
         with open(temporary, "wb") as file:

@@ -338,7 +338,7 @@ class Mirrors:
                     "nothing was published",
                     hint="build again (the mirror's objects may have changed during the copy)",
                 )
-            local.create_only(layout.entry(key), hit.data)
+            cache.create_entry(key, hit.data, hit.entry.tree_digest)
             cache.records.write_copy(
                 {
                     "key": key,

@@ -26,7 +26,7 @@ import functools
 import hashlib
 import shutil
 import tempfile
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from marinbuild.errors import StoreError, StoreReadOnly
 from marinbuild.hashing import digest_file
 from marinbuild.store import deadlines
-from marinbuild.store.base import Lease, ObjectStat, ScratchMirror, StoreSpec, TransferringStore, WaitingFn
+from marinbuild.store.base import Lease, ObjectStat, ScratchMirror, Signed, StoreSpec, TransferringStore, WaitingFn
 from marinbuild.store.live_sync import RemoteScratch
 from marinbuild.store.local_cache import LocalCache
 from marinbuild.store.manifest import Manifest
@@ -160,7 +160,7 @@ class RemoteStore(TransferringStore):
         self._io("pipe_file", self._full(path), data)
 
     @backend_writes
-    def create_only(self, path: str, data: bytes) -> bool:
+    def create_only(self, path: str, data: bytes, metadata: Mapping[str, str] | None = None) -> bool:
         if self._io("exists", self._full(path)):
             return False
         self._io("pipe_file", self._full(path), data)
@@ -187,8 +187,19 @@ class RemoteStore(TransferringStore):
         return (info.get("size"), info.get("generation") or info.get("ETag") or info.get("mtime"), self.checksum(info))
 
     @backend_errors
-    def signatures(self, prefix: str) -> dict[str, Hashable]:
-        return {self._relative(full, ""): self._signature(info) for full, info in self._find(prefix).items()}
+    def signatures(self, prefix: str) -> dict[str, Signed]:
+        return {
+            self._relative(full, ""): Signed(self._signature(info), info.get("metadata") or {})
+            for full, info in self._find(prefix).items()
+        }
+
+    @backend_errors
+    def read_many(self, paths: Sequence[str]) -> dict[str, bytes]:
+        by_full = {self._full(path): path for path in paths}
+        if not by_full:
+            return {}
+        read = self._io("cat", list(by_full), on_error="return")  # a failure is a value, not raised
+        return {by_full[full]: data for full, data in read.items() if isinstance(data, bytes)}
 
     @backend_errors
     def list(self, prefix: str) -> list[str]:
