@@ -7,7 +7,13 @@
    trip within a region). Each delay is reported with the wall time of the `marinbuild`
    command (median of `--repeat`) and the GCS requests of the build (counted in process,
    at gcsfs's HTTP boundary) per cached target. The proxy's own overhead is the no-op at
-   0 ms through it against the same build straight to the server (the baseline).
+   0 ms through it against the same build straight to the server (the baseline). Each
+   setting also times the no-op of a **new machine**: a new checkout of the workspace
+   (no `.marinbuild/`: no memo of entries or packages, an empty local cache) and a new,
+   empty HOME, made again before each run, so that every timed run is the first no-op of
+   a machine that never built the targets; its ratio to the warm no-op is reported, and
+   with `--baseline-python`, the same no-op by another checkout's marinbuild (its
+   virtualenv's interpreter, e.g. main's), each round alternating who goes first.
 2. **One large output** of `--size-mib` MiB (default 1 GiB): marinbuild's publish
    (`put_dir`: upload, listing, CRC32C check) and materialisation (`LocalCache`: download,
    BLAKE3 check while the bytes stream in, hard link) against gcsfs's `put_file` /
@@ -36,7 +42,7 @@ per request and per byte, and the proxy adds the network's latency back.
 
 Usage: ``python bench/store.py [--targets N] [--packages P] [--delays MS,...]
 [--size-mib M] [--small-files N] [--repeat R] [--link-mbit N] [--one-core]
-[--json-out FILE]``.
+[--baseline-python PYTHON] [--json-out FILE]``.
 """
 
 from __future__ import annotations
@@ -100,6 +106,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--one-core",
         action="store_true",
         help="also time the downloads with this process and the server held on one core",
+    )
+    parser.add_argument(
+        "--baseline-python",
+        type=Path,
+        help="also time the new machine's no-op with this interpreter's marinbuild (another checkout's "
+        "virtualenv, e.g. main's: a ratio measured in the same run; default: not)",
     )
     parser.add_argument("--json-out", type=Path)
     return parser.parse_args(argv)
@@ -250,23 +262,71 @@ def timed(function: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
+NOOP_STORE = "gs://bench/noop"
+
+
+def noop_command(python: Path, workspace: Path, home: Path | None = None) -> Callable[[], Any]:
+    """The no-op build of `workspace` by `python`'s marinbuild, with HOME `home` if given,
+    run in the workspace, as from a user's shell (in a checkout of marinbuild, `-m` would
+    import that checkout's package rather than the interpreter's)."""
+    command = [str(python), "-m", "marinbuild", "--workspace", str(workspace), "--store", NOOP_STORE]
+    command += ["build", "--json", "--jobs", "8", "//..."]
+    env = {**os.environ, **({"HOME": str(home)} if home is not None else {})}
+    return functools.partial(subprocess.run, command, check=True, capture_output=True, cwd=workspace, env=env)
+
+
+def new_machine(workspace: Path, where: Path) -> tuple[Path, Path]:
+    """A checkout of `workspace` at `where` as a machine that never built it has it: the
+    workspace's files without its `.marinbuild/` (memos, local cache), and an empty HOME
+    beside it; whatever an earlier run left there is removed first. (checkout, HOME)."""
+    _remove(where)
+    checkout, home = where / "checkout", where / "home"
+    shutil.copytree(workspace, checkout, ignore=shutil.ignore_patterns(".marinbuild"))
+    home.mkdir()
+    return checkout, home
+
+
 def noop_builds(root: Path, upstream: str, args: argparse.Namespace, counter: RequestCounter) -> dict[str, Any]:
     gen.generate(root, args.targets, args.packages, gen.DEFAULT_SEED, tools=("marinbuild",))
-    workspace, store = root / "marinbuild", "gs://bench/noop"
-    command = [sys.executable, "-m", "marinbuild", "--workspace", str(workspace), "--store", store]
-    command += ["build", "--json", "--jobs", "8", "//..."]
-    benchlib.log(f"cold build of {args.targets} targets on {store}")
-    cold = timed(lambda: subprocess.run(command, check=True, capture_output=True))
+    workspace = root / "marinbuild"
+    benchlib.log(f"cold build of {args.targets} targets on {NOOP_STORE}")
+    cold = timed(noop_command(Path(sys.executable), workspace))
+    pythons = {"fresh": Path(sys.executable)}
+    if args.baseline_python:
+        pythons["baseline_fresh"] = args.baseline_python
+
+    def fresh_noop(name: str) -> float:
+        checkout, home = new_machine(workspace, root / "new-machine")
+        return timed(noop_command(pythons[name], checkout, home))
+
+    def counted_noop(checkout: Path) -> int:
+        before = counter.count
+        result = Session.open(checkout, NOOP_STORE).build(["//..."], BuildOptions(jobs=8), NullReporter())
+        assert result.counts.get("cached") == args.targets, result.counts
+        return counter.count - before
 
     def measure(endpoint: str) -> dict[str, float]:
         os.environ[EMULATOR] = endpoint  # for this process's builds and the commands it starts
-        cli = [timed(lambda: subprocess.run(command, check=True, capture_output=True)) for _ in range(args.repeat)]
-        before = counter.count
-        session = Session.open(workspace, store)
-        result = session.build(["//..."], BuildOptions(jobs=8), NullReporter())
-        requests = counter.count - before
-        assert result.counts.get("cached") == args.targets, result.counts
-        return {"noop_s": statistics.median(cli), "requests": requests, "requests_per_target": requests / args.targets}
+        cli = [timed(noop_command(Path(sys.executable), workspace)) for _ in range(args.repeat)]
+        fresh: dict[str, list[float]] = {name: [] for name in pythons}
+        for attempt in range(args.repeat):
+            for name in list(pythons) if attempt % 2 == 0 else list(reversed(pythons)):
+                fresh[name].append(fresh_noop(name))
+        requests = counted_noop(workspace)
+        fresh_requests = counted_noop(new_machine(workspace, root / "new-machine")[0])
+        figures = {
+            "noop_s": statistics.median(cli),
+            "requests": requests,
+            "requests_per_target": requests / args.targets,
+            **{f"{name}_noop_s": statistics.median(times) for name, times in fresh.items()},
+            **{f"{name}_noop_rounds": times for name, times in fresh.items()},
+            "fresh_requests": fresh_requests,
+            "fresh_requests_per_target": fresh_requests / args.targets,
+        }
+        figures["fresh_to_warm"] = figures["fresh_noop_s"] / figures["noop_s"]
+        if "baseline_fresh_noop_s" in figures:
+            figures["fresh_to_baseline"] = figures["fresh_noop_s"] / figures["baseline_fresh_noop_s"]
+        return figures
 
     figures = {"direct": measure(upstream)}
     for delay_ms in [int(delay) for delay in args.delays.split(",")]:
@@ -514,6 +574,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(
                 f"  {name:>12}: {figures['noop_s']:.2f} s ({ratio:.2f} x direct), {figures['requests']} requests, "
                 f"{figures['requests_per_target']:.3f} per target"
+            )
+            baseline = (
+                f", the baseline's {figures['baseline_fresh_noop_s']:.2f} s ({figures['fresh_to_baseline']:.2f} x)"
+                if "fresh_to_baseline" in figures
+                else ""
+            )
+            print(
+                f"  {'':>12}  on a new machine: {figures['fresh_noop_s']:.2f} s ({figures['fresh_to_warm']:.2f} x "
+                f"warm), {figures['fresh_requests']} requests{baseline}"
             )
     for name in ("large_output", "small_files"):
         figures = report[name]

@@ -93,9 +93,14 @@ def test_workspace_benchmarks_measure_at_a_toy_size(tmp_path, script, args, figu
 
 def test_the_store_benchmark_measures_against_fake_gcs(tmp_path) -> None:
     args = ("--targets", "40", "--packages", "2", "--delays", "0,5", "--size-mib", "4", "--small-files", "50")
-    data = _run("store.py", tmp_path, *args, "--repeat", "1", "--one-core")
+    data = _run("store.py", tmp_path, *args, "--repeat", "1", "--one-core", "--baseline-python", sys.executable)
     for name in ("direct", "proxy_0ms", "proxy_5ms"):
-        assert data["noop"][name]["requests"] > 0 and _positive(data["noop"][name]["noop_s"]), data["noop"]
+        noop = data["noop"][name]
+        assert noop["requests"] > 0 and _positive(noop["noop_s"]), data["noop"]
+        # The first no-op of a new machine (a new checkout, a new HOME), by this marinbuild and the baseline's.
+        assert noop["fresh_requests"] > noop["requests"], noop  # it reads the entries the warm one remembers
+        for figure in ("fresh_noop_s", "fresh_to_warm", "baseline_fresh_noop_s", "fresh_to_baseline"):
+            assert _positive(noop[figure]), noop
     for name in ("large_output", "small_files"):
         for ratio in (
             "upload_ratio",
