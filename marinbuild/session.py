@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from marinbuild import provenance
 from marinbuild import store as stores
 from marinbuild.actions.accelerators import local_accelerators, missing
+from marinbuild.actions.build_options import BuildOptions, Egress, Hooks
 from marinbuild.actions.events import EventStream, Tee
 from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
@@ -30,7 +31,7 @@ from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, wit
 from marinbuild.actions.pins import Pinned, Pins
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
 from marinbuild.actions.resume import resume_point
-from marinbuild.actions.scheduler import BuildOptions, Egress, Hooks, Scheduler
+from marinbuild.actions.scheduler import Scheduler
 from marinbuild.errors import AcceleratorMissing, EgressOverBudget, GraphError, StoreError, StoreReadOnly
 from marinbuild.hashing import StatCache
 from marinbuild.labels import matches_patterns, parse_label, parse_pattern

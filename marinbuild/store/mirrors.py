@@ -30,7 +30,7 @@ store's salt (`store.json`), which enters every key.
   many bytes, when, by whom): `show` prints it, `cache stats` sums bytes per region pair.
 
 The egress budget (how many bytes a build may copy across regions) is the scheduler's to
-enforce: it knows which copies one build makes (`actions/scheduler.py`).
+enforce: it knows which copies one build makes (`actions/mirror_copies.py`).
 """
 
 from __future__ import annotations
