@@ -34,6 +34,9 @@ class Planned:
 
 
 class BuildState:
+    """The record of one build over `graph`; `result` is what it reports (each result
+    also goes to `reporter` as it is recorded)."""
+
     def __init__(self, graph: Graph, reporter: Reporter):
         self.graph = graph
         self.reporter = reporter
