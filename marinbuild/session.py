@@ -171,7 +171,7 @@ class Session:
 
     @cached_property
     def cache(self) -> ActionCache:
-        memo = self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}-checksums-code")
+        memo = self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}-checksums-code-kept")
         cache = ActionCache(self.store, self.stat_cache, memo)
         if self._buckets[1]:
             cache.mirrors = Mirrors(cache, self._buckets[1], self._regions)

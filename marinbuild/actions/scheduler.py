@@ -11,8 +11,8 @@ rule, and publishes. A failure skips everything downstream of it; without
 A target that reads another's kept state (`eval_lm(model = ":run", step = 2000)`) waits
 for that state, not for the whole step: it is resolved from its own entry as soon as the
 running step publishes it (`ctx.publish_checkpoint`; a worker thread announces it and
-wakes the coordinator), or found in the store, or taken from the output once the step
-that keeps it is done.
+wakes the coordinator), or found in the store, where the step that keeps it publishes
+it at the latest when it ends (actions/kept_states.py).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from marinbuild.actions import keys
 from marinbuild.actions.attempt import RunOutcome, StepRun
 from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.executor import Dependencies, Executor, LocalExecutor, input_files
-from marinbuild.actions.graph import Checkpoint, Graph
+from marinbuild.actions.graph import Graph
 from marinbuild.actions.hermetic import StepSettings, recorded_environment, step_environment
-from marinbuild.actions.kept_states import kept_keys, publish_kept_state
+from marinbuild.actions.kept_states import kept_in_output, kept_keys, publish_kept_state, settler
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
 from marinbuild.actions.resume import resume_point
 from marinbuild.errors import EgressOverBudget, GraphError, OutputDamaged, StoreReadOnly, StoreUnavailable
@@ -51,10 +51,9 @@ from marinbuild.store import (
     reporting_transfers,
 )
 from marinbuild.store.live_sync import syncing
-from marinbuild.store.manifest import FileEntry, Manifest
 from marinbuild.store.mirrors import MirrorHit, format_bytes
 from marinbuild.targets.context import StepFailed
-from marinbuild.targets.rule import Resources, RetryPolicy, Rule, Target, checkpoint_dir, checkpoint_name
+from marinbuild.targets.rule import Resources, RetryPolicy, Rule, Target, checkpoint_name
 
 
 @dataclass(frozen=True)
@@ -475,39 +474,35 @@ class Scheduler:
         return keys.checkpoint_key(self._keys[checkpoint.of], checkpoint.step)
 
     def _resolve_from_output(self, name: str, outputs: Outputs) -> None:
-        """A kept state of a target whose output is known: its entry, else published from
-        that output (a step run where nothing relayed its states, or an entry collected
-        since). A dry run publishes nothing: the state's digest follows from the manifest."""
+        """A kept state of a target whose output is known: its entry (the target's entry is
+        a hit only with it), the one a dry run would copy with the target from a mirror, or
+        one published from an output made before kept states left it (kept_states.py)."""
         checkpoint = self.graph.checkpoints[name]
         key = self._checkpoint_key(name)
-        found = self.cache.lookup(key).outputs
-        if found is None:
-            prefix = checkpoint_dir(checkpoint.step) + "/"
-            part = Manifest(
-                tuple(
-                    FileEntry(item.path.removeprefix(prefix), item.digest, item.size)
-                    for item in outputs.manifest.files
-                    if item.path.startswith(prefix)
-                )
+        found = self.cache.lookup(key)
+        kept = (
+            found.outputs
+            or self._foreseen_kept(checkpoint.of, key)
+            or kept_in_output(
+                self.cache, checkpoint.of, checkpoint.step, outputs, self.provenance.invocation, self.options.dry_run
             )
-            if not part.files:
-                why = f"{checkpoint.of} published no checkpoint at step {checkpoint.step} in its output"
-                for dependent in self._downstream(name):
-                    self._record(TargetResult(dependent, Status.SKIPPED, reason=why))
-                return
-            if self.options.dry_run:
-                found = Outputs(key, part.tree_digest, part, outputs.directory)
-            else:
-                files = self.cache.local_dir(outputs) / checkpoint_dir(checkpoint.step)
-                found = self._publish_checkpoint(checkpoint, outputs.key, files)
-        self._resolve(name, found)
-
-    def _publish_checkpoint(
-        self, checkpoint: Checkpoint, of_key: str, files: Path, attempt: str | None = None
-    ) -> Outputs:
-        return publish_kept_state(
-            self.cache, checkpoint.of, of_key, checkpoint.step, files, attempt, self.provenance.invocation
         )
+        if kept is None:
+            why = (
+                f"{checkpoint.of} has no usable checkpoint at step {checkpoint.step} "
+                f"({found.problem or 'its entry is missing'}); build again to rebuild it"
+            )
+            for dependent in self._downstream(name):
+                self._record(TargetResult(dependent, Status.SKIPPED, reason=why))
+            return
+        self._resolve(name, kept)
+
+    def _foreseen_kept(self, of: str, key: str) -> Outputs | None:
+        """In a dry run, the kept state `key` that a build would copy from a mirror with
+        the target `of` keeping it (store/mirrors.py)."""
+        hit = self.foreseen.get(of) if self.options.dry_run else None
+        state = hit.kept_state(key) if hit is not None else None
+        return self.cache.mirrors.outputs(state) if state is not None and self.cache.mirrors is not None else None
 
     def _kept_by_running(self, planned: _Planned, attempt: Attempt, step: int, files: Path) -> None:
         """`ctx.publish_checkpoint` of a running step (on its worker thread): publish the
@@ -518,7 +513,9 @@ class Scheduler:
             self.reporter.warning(f"{label}: published a checkpoint at step {step}, which it does not keep; ignored")
             return
         try:
-            outputs = self._publish_checkpoint(Checkpoint(label, step), planned.key, files, attempt.attempt_id)
+            outputs = publish_kept_state(
+                self.cache, label, planned.key, step, files, attempt.attempt_id, self.provenance.invocation
+            )
         except Exception as error:  # noqa: BLE001 - it is published from the output when the step ends
             self.reporter.warning(f"{label}: could not publish its checkpoint at step {step} yet: {error}")
             return
@@ -719,6 +716,9 @@ class Scheduler:
             env=self._environment(target.rule),
             sandbox=self.options.steps.sandbox,
             timeout_s=target.attrs["timeout"] or self.options.steps.timeout_s,
+            settle_kept=settler(self.cache, target, planned.key, attempt.attempt_id, self.provenance.invocation)
+            if publishes
+            else None,
         )
         lease.on_lost = lambda: run.stop(AttemptStatus.LEASE_LOST)
         if lease.lost:
