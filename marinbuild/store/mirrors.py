@@ -94,6 +94,11 @@ class MirrorHit:
     def bytes(self) -> int:
         return self.entry.manifest.total_bytes + sum(state.bytes for state in self.kept)
 
+    @property
+    def entries(self) -> int:
+        """How many entries copying it creates: its own and its kept states'."""
+        return 1 + len(self.kept)
+
     def kept_state(self, key: str) -> MirrorHit | None:
         """The hit of the kept state `key` copied with this one (None if it is not)."""
         return next((state for state in self.kept if state.key == key), None)
@@ -141,7 +146,8 @@ def budget_line(hits: Sequence[MirrorHit], budget_gb: float, allowed: bool, sett
         return None
     crossing = [hit for hit in hits if hit.crosses_regions]
     total = sum(hit.bytes for hit in crossing)
-    copies = f"copying {len(hits)} entries from mirrors would move {format_bytes(total)} across regions"
+    entries = sum(hit.entries for hit in hits)
+    copies = f"copying {entries} entries from mirrors would move {format_bytes(total)} across regions"
     budget = f"this build's egress budget of {format_bytes(budget_gb * 1e9)}"
     if allowed:
         return f"{copies} (--allow-egress: {budget} does not apply)"
