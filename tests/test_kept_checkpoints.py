@@ -62,6 +62,22 @@ counter = Rule(
 )
 
 
+def _forget(ctx):  # keeps a state it never publishes, or (stray) leaves what is none under checkpoints/
+    (ctx.out / "final.txt").write_text("done\\n")
+    if ctx.attrs["stray"]:
+        (ctx.out / checkpoint_dir(1)).mkdir(parents=True)
+        (ctx.out / checkpoint_dir(1) / "value.txt").write_text("1\\n")
+        (ctx.out / "checkpoints" / "notes.txt").write_text("not a state\\n")
+
+
+forgetful = Rule(
+    name="forgetful",
+    impl=_forget,
+    attrs={"keep": Attr(types.JSON, default=[1]), "stray": Attr(types.BOOL, default=False)},
+    keeps_checkpoints="keep",
+)
+
+
 def _read(ctx):
     src, step = ctx.attrs["src"], ctx.attrs["step"]
     root = ctx.root(src if step is None else checkpoint_name(src, step))
@@ -232,6 +248,31 @@ def test_what_reruns_when_the_keeper_or_the_reader_changes(make_workspace, tmp_p
     assert statuses(more) == {"//p:count": "built", "//p:read2": "cached", "//p:read_all": "cached"}
     assert keys(more)["//p:count"] != keys(first)["//p:count"]
     assert _show(ws, "//p:count")["tree_digest"] == _show(ws, keys(first)["//p:count"])["tree_digest"]
+
+
+@pytest.mark.parametrize(
+    ("stray", "error"),
+    [
+        (
+            False,
+            "it keeps a checkpoint at step 1, but published none (ctx.publish_checkpoint) and left none under "
+            "checkpoints/step-1/ of its output",
+        ),
+        (True, "checkpoints/notes.txt of the output is no state this step keeps (it keeps checkpoints/step-1/)"),
+    ],
+    ids=["state-missing", "stray-file"],
+)
+def test_a_step_that_leaves_a_kept_state_out_fails(make_workspace, tmp_path, stray, error):
+    """A kept state neither published nor in the output, or something else under
+    checkpoints/, fails the step: its readers are never left without the state."""
+    ws = _workspace(make_workspace, tmp_path)
+    (ws / "p" / "BUILD.marin").write_text(
+        f'forgetful(name = "f", stray = {stray})\nreader(name = "rf", src = ":f", step = 1)\n'
+    )
+    failed = build_json(ws, "//p:all", expect_rc=1)
+    assert statuses(failed) == {"//p:f": "failed", "//p:rf": "skipped"}
+    assert failed["by_label"]["//p:f"]["reason"] == error
+    assert not list((ws / "cache" / "ac").glob("*/*.json"))
 
 
 def _damage(ws: Path, store: str | None, fake_gcs, key: str, damage: str) -> None:

@@ -88,7 +88,7 @@ def settle_kept_states(
     if stray:
         raise OutputError(
             f"{CHECKPOINTS_DIR}/{stray[0]} of the output is no state this step keeps "
-            f"({CHECKPOINTS_DIR}/ holds the states it keeps, at steps {', '.join(map(str, steps))})"
+            f"(it keeps {', '.join(checkpoint_dir(step) + '/' for step in steps) or 'none'})"
         )
     for step in steps:
         files = out / checkpoint_dir(step)
