@@ -37,7 +37,8 @@ def _count(ctx):
             state = ctx.tmp / f"step-{step}"
             state.mkdir()
             (state / "value.txt").write_text(f"{ctx.attrs['start'] + step}\\n")
-            ctx.publish_checkpoint(step, state)
+            if ctx.attrs["announce"]:
+                ctx.publish_checkpoint(step, state)
             shutil.copytree(state, ctx.out / checkpoint_dir(step))
     signal, deadline = ctx.attrs["wait_for"], time.monotonic() + 30
     while signal and not Path(signal).exists():
@@ -57,6 +58,8 @@ counter = Rule(
         "keep": Attr(types.JSON, default=[]),
         "start": Attr(types.INT, default=0),
         "wait_for": Attr(types.STRING, default="", identity=False),
+        # False: its kept states are only in its output, published from there when it ends.
+        "announce": Attr(types.BOOL, default=True, identity=False),
     },
     keeps_checkpoints="keep",
 )
@@ -248,6 +251,32 @@ def test_what_reruns_when_the_keeper_or_the_reader_changes(make_workspace, tmp_p
     assert statuses(more) == {"//p:count": "built", "//p:read2": "cached", "//p:read_all": "cached"}
     assert keys(more)["//p:count"] != keys(first)["//p:count"]
     assert _show(ws, "//p:count")["tree_digest"] == _show(ws, keys(first)["//p:count"])["tree_digest"]
+
+
+QUIET = """
+counter(name = "quiet", steps = 4, keep = [1, 3], announce = False)
+reader(name = "read1", src = ":quiet", step = 1)
+"""
+
+
+def assert_published_when_it_ended(ws: Path, built: dict, store: str | None = None) -> None:
+    """What `QUIET` built: its kept states published by the keeper's attempt as it ended,
+    from its output, which holds them no more."""
+    assert statuses(built) == {"//p:quiet": "built", "//p:read1": "built"}, built["stderr"]
+    assert "published its checkpoint" not in built["stderr"]
+    quiet = _show(ws, "//p:quiet", store)
+    assert set(_files(quiet)) == {"final.txt"}
+    for step, value in (("1", "1\n"), ("3", "3\n")):
+        state = _show(ws, quiet["checkpoints"][step], store)
+        assert _files(state) == _value(value)
+        assert state["provenance"]["attempt"] == built["by_label"]["//p:quiet"]["attempt"]
+    assert (_where(ws, "//p:read1", store=store)[0] / "read.txt").read_text() == "1\n"
+
+
+def test_a_state_only_in_the_output_is_published_when_the_step_ends(make_workspace, tmp_path):
+    ws = _workspace(make_workspace, tmp_path)
+    (ws / "p" / "BUILD.marin").write_text(QUIET)
+    assert_published_when_it_ended(ws, build_json(ws, "//p:all"))
 
 
 @pytest.mark.parametrize(
