@@ -590,7 +590,7 @@ class Session:
         note names for a target that keeps states, asked without a step)."""
         graph, result = self._current(pattern)
         target, hit = graph.targets[result.label], self._mirror_only(result)
-        kept = target.attrs[target.rule.keeps_checkpoints] or [] if target.rule.keeps_checkpoints else []
+        kept = (target.attrs[target.rule.keeps_checkpoints] or []) if target.rule.keeps_checkpoints else []
         if step is not None:
             return self._kept_location(graph, result, hit, kept, step)
         if hit is not None:

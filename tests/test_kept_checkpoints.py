@@ -236,6 +236,10 @@ def test_what_reruns_when_the_keeper_or_the_reader_changes(make_workspace, tmp_p
     ws = _workspace(make_workspace, tmp_path)
     first = build_json(ws, "--jobs", "3", "//p:all")
     build = (ws / "p" / "BUILD.marin").read_text()
+    # Run again aside, the keeper writes its state into its output again: compared with the
+    # state's entry, as what it published under checkpoints/step-2/.
+    rc, out, err = run_cli(ws, "rerun", "--check", keys(first)["//p:count"])
+    assert rc == 0 and "matches the stored output" in out, out + err
 
     # Another reader leaves the keeper's key alone.
     (ws / "p" / "BUILD.marin").write_text(build + 'reader(name = "read4", src = ":count", step = 2)\n')
