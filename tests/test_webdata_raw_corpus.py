@@ -136,8 +136,8 @@ def test_the_main_text_of_an_original_is_in_its_html_and_the_boilerplate_around_
     page = next(corpus.page(i) for i in range(SPEC.pages) if corpus.kind(i) == "original")
     html = page.payload.decode()
     assert all(escape(block) in html for block in page.main_text.split("\n\n"))
-    assert all(escape(phrase) in html for phrase in page.boilerplate)
-    assert not any(phrase in page.main_text for phrase in page.boilerplate if len(phrase.split()) > 3)
+    assert all(escape(phrase) in html for phrase in page.boilerplate) and page.byline in html
+    assert not any(phrase in page.main_text for phrase in (*page.boilerplate, page.byline) if len(phrase.split()) > 3)
 
 
 def test_the_warc_files_hold_a_response_per_page_and_end_in_a_cut_record(pool, written) -> None:

@@ -22,7 +22,7 @@ Pages are drawn by kind at the rates of a `RawCorpusSpec`:
   are `humanize`'s message catalogs (36 languages, a dependency of Levanter's
   checkpointing, orbax): short phrases ("vor 3 Tagen"), joined into a page;
 - `malformed`: a record a reader must skip: invalid UTF-8 under a UTF-8 charset, an empty
-  payload, a block that is no HTTP response, a binary payload. With
+  payload, a block that is no HTTP response, a binary payload (an image). With
   `truncate_last_record`, the corpus also ends in a record cut in half (a crawl killed
   while writing).
 
@@ -46,7 +46,7 @@ import sysconfig
 import textwrap
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from importlib import resources
@@ -117,9 +117,9 @@ class Page:
     """One generated page: its WARC record's fields, its HTTP payload, and what is known of it.
 
     `main_text` is what a perfect extractor returns (title, paragraphs and code blocks,
-    separated by blank lines); `boilerplate` the page's visible phrases that are not main
-    text, by which leakage is measured. `copy_of` is the index of the original a duplicate
-    copies.
+    separated by blank lines); `boilerplate` the page's visible phrases that are neither
+    main text nor its `byline` (the post's date and author), by which leakage is measured.
+    `copy_of` is the index of the original a duplicate copies.
     """
 
     index: int
@@ -132,6 +132,7 @@ class Page:
     payload: bytes
     main_text: str
     boilerplate: tuple[str, ...]
+    byline: str = ""
     copy_of: int | None = None
     edits: int = 0
 
@@ -233,16 +234,94 @@ def _translations() -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """The markup a kind of site software wraps around each part of a page.
+
+    Class names and ids are those of the software each layout imitates (Sphinx, WordPress,
+    MediaWiki, a Q&A forum), since extractors find the main text by exactly such names.
+    Each field is an (opening, closing) pair of tags, but `meta`, a format string of the
+    byline.
+    """
+
+    header: tuple[str, str]
+    sidebar: tuple[str, str]
+    article: tuple[str, str]
+    title: tuple[str, str]
+    body: tuple[str, str]
+    meta: str
+    comments: tuple[str, str]
+    comment: tuple[str, str]
+    footer: tuple[str, str]
+
+
+LAYOUTS = {
+    "sphinx": Layout(
+        header=('<div class="related" role="navigation" aria-label="related navigation"><ul>', "</ul></div>"),
+        sidebar=('<div class="sphinxsidebar" role="navigation"><div class="sphinxsidebarwrapper">', "</div></div>"),
+        article=('<div class="document"><div class="documentwrapper"><div class="body" role="main"><section>',
+                 "</section></div></div></div>"),
+        title=("<h1>", "</h1>"),
+        body=("", ""),
+        meta='<p class="last-updated">Last updated on {date}.</p>',
+        comments=("", ""),
+        comment=("", ""),
+        footer=('<div class="footer" role="contentinfo"><ul>', "</ul></div>"),
+    ),
+    "wordpress": Layout(
+        header=('<header id="masthead" class="site-header"><nav id="site-navigation" class="main-navigation"><ul>',
+                "</ul></nav></header>"),
+        sidebar=('<aside id="secondary" class="widget-area"><section class="widget widget_recent_entries"><ul>',
+                 "</ul></section></aside>"),
+        article=('<main id="main" class="site-main"><article class="post type-post status-publish">', "</article>"),
+        title=('<header class="entry-header"><h1 class="entry-title">', "</h1>"),
+        body=('<div class="entry-content">', "</div>"),
+        meta='<div class="entry-meta"><span class="posted-on">Posted on {date}</span>'
+        '<span class="byline"> by <span class="author vcard">{author}</span></span></div></header>',
+        comments=('<div id="comments" class="comments-area"><h2 class="comments-title">Comments</h2>'
+                  '<ol class="comment-list">', "</ol></div></main>"),
+        comment=('<li class="comment"><article class="comment-body"><div class="comment-content"><p>',
+                 "</p></div></article></li>"),
+        footer=('<footer id="colophon" class="site-footer"><div class="site-info"><ul>', "</ul></div></footer>"),
+    ),
+    "mediawiki": Layout(
+        header=('<div id="mw-head"><div id="p-navigation" class="vector-menu" role="navigation"><ul>',
+                "</ul></div></div>"),
+        sidebar=('<div id="mw-panel" class="vector-legacy-sidebar"><div class="portal" role="navigation"><ul>',
+                 "</ul></div></div>"),
+        article=('<div id="content" class="mw-body" role="main">', "</div>"),
+        title=('<h1 id="firstHeading" class="firstHeading">', "</h1>"),
+        body=('<div id="bodyContent"><div id="mw-content-text" class="mw-body-content">', "</div></div>"),
+        meta='<div id="siteSub">From {site}, edited {date} by {author}</div>',
+        comments=("", ""),
+        comment=("", ""),
+        footer=('<div id="footer" role="contentinfo"><ul id="footer-places">', "</ul></div>"),
+    ),
+    "forum": Layout(
+        header=('<header class="top-bar"><nav class="navigation" role="navigation"><ul>', "</ul></nav></header>"),
+        sidebar=('<div id="sidebar" class="sidebar"><div class="module sidebar-linked"><ul>', "</ul></div></div>"),
+        article=('<div id="mainbar" role="main"><div class="question" id="question">', "</div></div>"),
+        title=('<h1 itemprop="name" class="question-hyperlink">', "</h1>"),
+        body=('<div class="post-text" itemprop="text">', "</div>"),
+        meta='<div class="user-info"><div class="user-action-time">asked {date}</div>'
+        '<div class="user-details">{author}</div></div>',
+        comments=('<div class="comments"><ul class="comments-list">', "</ul></div>"),
+        comment=('<li class="comment"><div class="comment-text"><span class="comment-copy">', "</span></div></li>"),
+        footer=('<footer id="footer" class="site-footer"><ul>', "</ul></footer>"),
+    ),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Site:
-    """A made-up site: its host, name and the chrome every page of it carries."""
+    """A made-up site: its host, name, layout and the chrome every page of it carries."""
 
     host: str
     name: str
+    layout: str
     nav: tuple[str, ...]
     sidebar_title: str
     footer: tuple[str, ...]
     notice: str
-    comments: bool
 
     def phrases(self) -> tuple[str, ...]:
         """The visible boilerplate shared by every page of the site."""
@@ -253,38 +332,38 @@ SITES = (
     Site(
         host="pydocs.example.org",
         name="PyDocs Mirror",
+        layout="sphinx",
         nav=("Home", "Library Reference", "Language Reference", "Tutorials", "Downloads", "Community", "About"),
         sidebar_title="Related modules",
         footer=("Copyright 2024 PyDocs Mirror. All rights reserved.", "Terms of Use", "Privacy Policy", "Contact us"),
         notice="This website uses cookies to ensure you get the best experience on our website.",
-        comments=False,
     ),
     Site(
         host="stdlib-notes.example.net",
         name="Stdlib Notes",
+        layout="wordpress",
         nav=("Blog", "Archive", "Categories", "Newsletter", "Sponsors", "Write for us"),
         sidebar_title="Popular posts",
         footer=("Stdlib Notes is written by volunteers.", "Cookie Policy", "Imprint", "RSS feed"),
         notice="Subscribe to our newsletter and never miss a post about the Python standard library!",
-        comments=True,
     ),
     Site(
         host="codewiki.example.com",
         name="CodeWiki",
+        layout="mediawiki",
         nav=("Main page", "Recent changes", "Random article", "Help", "Log in", "Create account"),
         sidebar_title="In other articles",
         footer=("Text is available under a Creative Commons license.", "Disclaimers", "Privacy Policy", "Mobile view"),
         notice="Please enable JavaScript in your browser to use all features of this site.",
-        comments=False,
     ),
     Site(
         host="devforum.example.io",
         name="DevForum",
+        layout="forum",
         nav=("Questions", "Tags", "Users", "Unanswered", "Jobs", "Ask a question"),
         sidebar_title="Linked questions",
         footer=("DevForum, a community of developers.", "Terms of Use", "Cookie settings", "Advertise with us"),
         notice="By continuing to browse you agree to our use of cookies.",
-        comments=True,
     ),
 )
 
@@ -318,21 +397,31 @@ class _Content:
         return "\n\n".join([self.title, *(block.text for block in self.blocks)]) if self.title else ""
 
 
-def _render(site: Site, content: _Content, related: Sequence[str], rng: random.Random) -> tuple[str, tuple[str, ...]]:
-    """A whole HTML page of `site` around `content`, and the page's visible boilerplate."""
+def _render(
+    site: Site, content: _Content, related: Sequence[str], rng: random.Random
+) -> tuple[str, tuple[str, ...], str]:
+    """A whole HTML page of `site` around `content`, its visible boilerplate and its byline."""
     e = html.escape
+    layout = LAYOUTS[site.layout]
     author = rng.choice(("admin", "editor", "guest author", "the team"))
-    byline = f"Posted on {(_EPOCH - timedelta(days=rng.randrange(2000))):%B %d, %Y} by {author}"
-    comments = rng.sample(_COMMENTS, 2) if site.comments else []
-    boilerplate = (*site.phrases(), *related, byline, *comments)
+    date = f"{(_EPOCH - timedelta(days=rng.randrange(2000))):%B %d, %Y}"
+    meta = layout.meta.format(date=e(date), author=e(author), site=e(site.name))
+    comments = rng.sample(_COMMENTS, 2) if layout.comments[0] else []
+    boilerplate = (*site.phrases(), "Skip to content", *related, *comments)
+    byline = re.sub("<[^>]+>", "", html.unescape(meta)) if content.title else ""
     nav = "".join(f'<li><a href="/{_slug(item)}/">{e(item)}</a></li>' for item in site.nav)
     side = "".join(f'<li><a href="/{_slug(item)}.html">{e(item)}</a></li>' for item in related)
     blocks = "".join(
-        f"<pre><code>{e(block.text)}</code></pre>\n" if block.code else f"<p>{e(block.text)}</p>\n"
+        f'<div class="highlight"><pre>{e(block.text)}</pre></div>\n' if block.code else f"<p>{e(block.text)}</p>\n"
         for block in content.blocks
     )
-    article = f"<h1>{e(content.title)}</h1>\n{blocks}" if content.title else ""
-    comment_html = "".join(f'<div class="comment"><p>{e(text)}</p></div>' for text in comments)
+    if content.title:
+        article = (
+            f"{layout.title[0]}{e(content.title)}{layout.title[1]}\n{meta}\n{layout.body[0]}{blocks}{layout.body[1]}"
+        )
+    else:
+        article = ""
+    comment_html = "".join(f"{layout.comment[0]}{e(text)}{layout.comment[1]}" for text in comments)
     footer = "".join(f"<li>{e(item)}</li>" for item in site.footer)
     page = (
         f'<!DOCTYPE html>\n<html lang="{content.lang}">\n<head>\n<meta charset="utf-8">\n'
@@ -340,19 +429,19 @@ def _render(site: Site, content: _Content, related: Sequence[str], rng: random.R
         f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f'<link rel="stylesheet" href="/static/site.css">\n<style>{_STYLE}</style>\n'
         f"<script>{_HEAD_SCRIPT}</script>\n</head>\n<body>\n"
-        f'<header class="site-header"><a class="logo" href="/">{e(site.name)}</a>\n'
-        f'<nav class="nav"><ul>{nav}</ul></nav>\n'
-        f'<form class="search" action="/search"><input name="q" placeholder="Search"><button>Go</button></form>'
-        f"</header>\n"
-        f'<div class="container">\n<aside class="sidebar"><h3>{e(site.sidebar_title)}</h3><ul>{side}</ul></aside>\n'
-        f'<main>\n<article>\n<p class="byline">{e(byline)}</p>\n{article}</article>\n'
-        + (f'<section class="comments"><h3>Comments</h3>{comment_html}</section>\n' if comments else "")
-        + f"</main>\n</div>\n"
-        f'<div class="cookie-banner">{e(site.notice)}</div>\n'
-        f'<footer class="site-footer"><ul>{footer}</ul></footer>\n'
+        f'<a class="skip-link" href="#content">Skip to content</a>\n'
+        f'<div class="site-branding"><a class="logo" href="/">{e(site.name)}</a></div>\n'
+        f"{layout.header[0]}{nav}{layout.header[1]}\n"
+        f'<form class="search-form" role="search" action="/search"><input name="q" placeholder="Search">'
+        f"<button>Go</button></form>\n"
+        f"{layout.article[0]}\n{article}{layout.article[1]}\n"
+        f"{layout.comments[0]}{comment_html}{layout.comments[1]}\n"
+        f"{layout.sidebar[0]}<h3>{e(site.sidebar_title)}</h3>{side}{layout.sidebar[1]}\n"
+        f'<div id="cookie-notice" class="cookie-banner" role="dialog">{e(site.notice)}</div>\n'
+        f"{layout.footer[0]}{footer}{layout.footer[1]}\n"
         f'<script src="/static/analytics.js" async></script>\n</body>\n</html>\n'
     )
-    return page, boilerplate
+    return page, boilerplate, byline
 
 
 # -- pages ----------------------------------------------------------------------------------
@@ -459,10 +548,9 @@ class RawCorpus:
             original = self.page(copy_of)
             if kind == "exact_duplicate":
                 url = f"https://mirror.{original.url.removeprefix('https://')}"
-                return Page(
-                    index, kind, "", url, record_id, date, original.content_type, original.payload,
-                    original.main_text, original.boilerplate, copy_of,
-                )  # fmt: skip
+                return replace(
+                    original, index=index, kind=kind, url=url, record_id=record_id, date=date, copy_of=copy_of
+                )
             content, edits = self._edited(self._original(copy_of), rng)
             site = SITES[(SITES.index(self._site_of(copy_of)) + 1 + rng.randrange(len(SITES) - 1)) % len(SITES)]
         elif kind == "boilerplate":
@@ -478,15 +566,17 @@ class RawCorpus:
         if kind == "malformed":
             detail = rng.choice(MALFORMED)
         url = f"https://{site.host}/{_slug(content.title or kind)}-{index}.html"
-        rendered, boilerplate = _render(site, content, self._related(rng), rng)
+        rendered, boilerplate, byline = _render(site, content, self._related(rng), rng)
         payload = rendered.encode("utf-8")
         main_text = content.text()
         if kind == "malformed":
             payload, content_type = _malformed_payload(detail, payload, rng)
-            main_text, boilerplate = "", ()
+            main_text, boilerplate, byline = "", (), ""
         return Page(
-            index, kind, detail, url, record_id, date, content_type, payload, main_text, boilerplate, copy_of, edits
-        )
+            index=index, kind=kind, detail=detail, url=url, record_id=record_id, date=date,
+            content_type=content_type, payload=payload, main_text=main_text, boilerplate=boilerplate,
+            byline=byline, copy_of=copy_of, edits=edits,
+        )  # fmt: skip
 
     def _site_of(self, index: int) -> Site:
         return SITES[self._rng("site", index).randrange(len(SITES))]
@@ -504,7 +594,7 @@ def _malformed_payload(detail: str, payload: bytes, rng: random.Random) -> tuple
     if detail == "empty_payload":
         return b"", "text/html; charset=utf-8"
     if detail == "binary_payload":
-        return b"\x89PNG\r\n\x1a\n" + rng.randbytes(2048), "text/html"
+        return b"\x89PNG\r\n\x1a\n" + rng.randbytes(2048), "image/png"
     return payload, "not_http"  # the record's block will be the page with no HTTP head
 
 
@@ -533,7 +623,7 @@ def _warc_headers(record_type: str, page: Page, record_id: str, **extra: str) ->
     return StatusAndHeaders("", list({**fields, **extra}.items()), protocol="WARC/1.0")
 
 
-def _response(writer: WARCWriter, page: Page) -> ArcWarcRecord:
+def response_record(writer: WARCWriter, page: Page) -> ArcWarcRecord:
     """The WARC response record of `page`: an HTTP response around its payload.
 
     A `not_http` page's block is its payload alone, with no HTTP status line and headers.
@@ -598,7 +688,7 @@ def write_raw_corpus(spec: RawCorpusSpec, out: Path, corpus: RawCorpus | None = 
                 for index in range(first, last):
                     page = corpus.page(index)
                     writer.write_record(_request(writer, page))
-                    writer.write_record(_response(writer, page))
+                    writer.write_record(response_record(writer, page))
                     kinds[page.kind] += 1
                     truth.write(json.dumps(_truth(page, name, corpus)) + "\n")
                 if spec.truncate_last_record and last == spec.pages:
@@ -632,6 +722,6 @@ def _write_truncated(writer: WARCWriter, warc: BinaryIO, corpus: RawCorpus, name
         page.payload, "", (),
     )  # fmt: skip
     whole = io.BytesIO()
-    WARCWriter(whole, gzip=True).write_record(_response(writer, page))
+    WARCWriter(whole, gzip=True).write_record(response_record(writer, page))
     warc.write(whole.getvalue()[: len(whole.getvalue()) // 2])
     truth.write(json.dumps(_truth(page, name, corpus)) + "\n")
