@@ -30,8 +30,15 @@ Every choice is a function of (seed, page index) alone (`random.Random` seeded w
 string is the same on every platform and process), so the same spec gives the same bytes,
 any page can be made again on its own (`page()`: the benchmark scores extraction
 against `Page.main_text` without storing it), and writing 500 MB takes memory for one
-page. `ground_truth.jsonl` records each page's kind and, for copies, the URL and record
-id of the original, from which dedup precision and recall are computed.
+page (46 MB of resident memory for 2,000 pages and for 20,000, 50 MB of WARC; 500 MB is
+about 200,000 pages). `ground_truth.jsonl` records each page's kind and, for copies, the
+URL and record id of the original, from which dedup precision and recall are computed.
+
+The pool holds about 5,000 distinct paragraphs (all the stdlib modules, Python 3.11) and
+an original draws 3 to 8 of them, so in a large corpus paragraphs recur across originals
+(a few shared paragraphs make a pair of pages about 0.1-0.5 similar, far from a near
+duplicate): document-level copies are only the injected ones, but paragraph-level dedup
+will find many repeats.
 """
 
 from __future__ import annotations
