@@ -51,7 +51,7 @@ class Filter(ABC):
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         wrong = []
-        for spec in fields(self):  # type: ignore[arg-type]  (subclasses are dataclasses)
+        for spec in fields(self):
             value = _as_declared(hints[spec.name], getattr(self, spec.name))
             if value is None:
                 wrong.append(f"'{spec.name}' must be {_describe(hints[spec.name])}, got {getattr(self, spec.name)!r}")
@@ -63,7 +63,7 @@ class Filter(ABC):
 
     def to_json(self) -> dict[str, JsonValue]:
         """Every parameter, defaults included: the filter's part of a step's recipe."""
-        return {"name": self.name, **{spec.name: _json(getattr(self, spec.name)) for spec in fields(self)}}  # type: ignore[arg-type]
+        return {"name": self.name, **{spec.name: _json(getattr(self, spec.name)) for spec in fields(self)}}
 
 
 def _as_declared(hint: Any, value: Any) -> Any:
@@ -416,7 +416,7 @@ def make_filter(spec: Mapping[str, JsonValue]) -> Filter:
             f"unknown filter '{name}': the filters are {', '.join(FILTERS)}", hint=did_you_mean(name, FILTERS)
         )
     cls = FILTERS[name]
-    parameters = [spec_field.name for spec_field in fields(cls)]  # type: ignore[arg-type]
+    parameters = [spec_field.name for spec_field in fields(cls)]
     unknown = [key for key in spec if key != "name" and key not in parameters]
     if unknown:
         raise AttrError(
