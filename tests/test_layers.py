@@ -51,7 +51,16 @@ def test_the_tree_keeps_every_layer_contract():
         ("marinbuild/store/base.py", "from marinbuild.store.live_sync import RemoteScratch", "No import cycles"),
         ("marinbuild/store/local_cache.py", "from marinbuild.store.remote import RemoteStore", "No import cycles"),
         ("marinbuild/store/action_cache.py", "from marinbuild.store.mirrors import Mirrors", "No import cycles"),
-        # The scheduler's and the command's modules: a split that goes back on itself.
+        # The scheduler's and the command's modules: a split that goes back on itself
+        # (the planner using the scheduler that composes it, what kept checkpoints need
+        # reaching up to the planner that uses them, the record of a build to its runner).
+        ("marinbuild/actions/planning.py", "from marinbuild.actions.scheduler import Scheduler", "No import cycles"),
+        (
+            "marinbuild/actions/checkpoint_reads.py",
+            "from marinbuild.actions.planning import Planner",
+            "No import cycles",
+        ),
+        ("marinbuild/actions/build_state.py", "from marinbuild.actions.running import Outcome", "No import cycles"),
         ("marinbuild/cli/base.py", "from marinbuild.cli.main import cli", "No import cycles"),
     ],
 )

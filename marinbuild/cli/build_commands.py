@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from marinbuild.actions.scheduler import BuildOptions
+from marinbuild.actions.build_options import BuildOptions
 from marinbuild.cli.base import EXIT_FAILED, PatternsCommand, handles_errors, make_reporter, open_session
 from marinbuild.targets.rule import Resources
 
