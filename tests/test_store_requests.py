@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 from conftest import build_json, cli_env, parse_json_output, run_cli, statuses
+from test_kept_checkpoints import RULES as KEPT_RULES
 from test_store_faults import FaultyProxy
 
 from marinbuild.store import layout
@@ -80,16 +81,13 @@ def test_a_noop_build_sends_a_few_requests_whatever_the_number_of_targets(make_w
     assert counts[240] - counts[40] <= 0.05 * 200, counts
 
 
-def test_a_new_machine_reads_the_entries_of_every_level_at_once(make_workspace, fake_gcs_server, gcs_bucket, tmp_path):
-    """A no-op from a new checkout and a new HOME, on a chain as deep as it is long: every
-    entry read is in flight at once (the proxy holds each answer until all of them have
-    come), not one level after another, and each entry is read once."""
-    count = LISTING_PAYS_FROM + 8
-    files = _chain(count)
-    store = f"gs://{gcs_bucket}/chain"
-    built = build_json(make_workspace(files), "//pkg:all", store=store)
-    assert set(statuses(built).values()) == {"built"}
-    together = threading.Barrier(count)
+def _noop_on_a_new_machine(
+    files: dict[str, str], config: str, store: str, make_workspace, upstream: str, tmp_path: Path, entries: int
+) -> tuple[dict, list[str], list[str]]:
+    """A no-op of `files` on `store` from a new checkout and a new HOME, through a proxy that
+    holds the answer to each entry read until `entries` of them have come: (the build's
+    report, the entry reads that came after the others had given up waiting, every request)."""
+    together = threading.Barrier(entries)
     apart: list[str] = []
 
     def hold_until_all_came(method: str, path: str, body: bytes) -> bytes:
@@ -100,23 +98,60 @@ def test_a_new_machine_reads_the_entries_of_every_level_at_once(make_workspace, 
                 apart.append(path)
         return body
 
-    proxy = FaultyProxy(fake_gcs_server.url, edit=hold_until_all_came)
+    proxy = FaultyProxy(upstream, edit=hold_until_all_came)
     try:
-        rc, out, err = run_cli(
-            make_workspace(files), "build", "--json", "//pkg:all", store=store, env=_new_machine(tmp_path, proxy.url)
-        )
+        ws = make_workspace(files, config)
+        rc, out, err = run_cli(ws, "build", "--json", "//...", store=store, env=_new_machine(tmp_path, proxy.url))
     finally:
         proxy.close()
     assert rc == 0, err
-    noop = parse_json_output(out)
+    return parse_json_output(out), apart, proxy.requests
+
+
+def test_a_new_machine_reads_the_entries_of_every_level_at_once(make_workspace, fake_gcs_server, gcs_bucket, tmp_path):
+    """A no-op from a new checkout and a new HOME, on a chain as deep as it is long: every
+    entry read is in flight at once (the proxy holds each answer until all of them have
+    come), not one level after another, and each entry is read once."""
+    count = LISTING_PAYS_FROM + 8
+    files = _chain(count)
+    store = f"gs://{gcs_bucket}/chain"
+    built = build_json(make_workspace(files), "//...", store=store)
+    assert set(statuses(built).values()) == {"built"}
+    noop, apart, requests = _noop_on_a_new_machine(
+        files, "", store, make_workspace, fake_gcs_server.url, tmp_path, count
+    )
     assert set(statuses(noop).values()) == {"cached"}
     assert {item["label"]: item["key"] for item in noop["targets"]} == {
         item["label"]: item["key"] for item in built["targets"]
     }
     assert not apart, f"{len(apart)} of {count} entries were read after the others"
-    reads = [request for request in proxy.requests if _entry_read(*request.split(" ", 1))]
+    reads = [request for request in requests if _entry_read(*request.split(" ", 1))]
     assert len(reads) == count, reads
-    assert len(proxy.requests) <= count + 8, proxy.requests
+    assert len(requests) <= count + 8, requests
+
+
+def test_a_new_machine_reads_kept_states_and_their_readers_with_the_rest(
+    make_workspace, fake_gcs_server, gcs_bucket, tmp_path
+):
+    """The entries of the states a step kept are part of its look-up, and what reads one
+    has a key made of that state's digest: they are foreseen too, and read with the rest."""
+    lines = [
+        "counter(name = 'count', steps = 4, keep = [1, 2])",
+        "reader(name = 'read2', src = ':count', step = 2)",
+        "reader(name = 'read_all', src = ':count')",
+        *(f'genrule(name = "f{i}", outs = ["f{i}.txt"], cmd = "echo {i} > $@")' for i in range(LISTING_PAYS_FROM)),
+    ]
+    files = {"toyrules.py": KEPT_RULES, "p/BUILD.marin": "\n".join(lines) + "\n"}
+    config, store = 'rules = ["toyrules"]\n', f"gs://{gcs_bucket}/kept"
+    built = build_json(make_workspace(files, config), "//...", store=store)
+    assert set(statuses(built).values()) == {"built"}
+    entries = LISTING_PAYS_FROM + 3 + 2  # the targets, and the two states kept
+    noop, apart, _ = _noop_on_a_new_machine(
+        files, config, store, make_workspace, fake_gcs_server.url, tmp_path, entries
+    )
+    assert set(statuses(noop).values()) == {"cached"}
+    assert noop["by_label"]["//p:read2"]["key"] == built["by_label"]["//p:read2"]["key"]
+    assert not apart, f"{len(apart)} of {entries} entries were read after the others"
 
 
 def test_a_wrong_tree_digest_beside_an_entry_never_makes_a_wrong_hit(

@@ -15,6 +15,7 @@ from marinbuild.actions import keys
 from marinbuild.actions.build_options import BuildOptions, Hooks
 from marinbuild.actions.build_state import BuildState, Planned
 from marinbuild.actions.checkpoint_reads import CheckpointReads
+from marinbuild.actions.kept_states import kept_keys
 from marinbuild.actions.mirror_copies import MirrorCopies
 from marinbuild.actions.results import Status, TargetResult
 from marinbuild.errors import GraphError, StoreReadOnly
@@ -50,6 +51,7 @@ class Planner:
         self._ready = state.ready
         self._record = state.record
         self._downstream = state.downstream
+        self._kept = state.kept
         self._resolve = resolve
         self._checkpoints = checkpoints
         self._mirror_copies = mirror_copies
@@ -67,19 +69,27 @@ class Planner:
         A target's key is known once its inputs' outputs are, which a look-up tells level
         by level of the graph; the listing shows beside each entry the tree digest of its
         outputs (`ActionCache.listed_tree`), from which its dependents' keys follow before
-        it is read. Pinned targets and kept states are not foreseen, nor what reads them.
-        A wrong hint only foresees a key that is not looked up: every key looked up is made
-        of what verified entries say."""
+        it is read. With a key come those of the states its step keeps (their entries are
+        part of its look-up), and what reads one of them follows from that state's digest.
+        Pinned targets are not foreseen, nor what reads them. A wrong digest only foresees
+        a key that is not looked up: every key looked up is made of what verified entries
+        say."""
         tokens = dict(self._tokens)
         foreseen = []
         for label in self.graph.order:
-            if self.graph.targets[label].rule.pinned or not all(dep in tokens for dep in self.graph.inputs(label)):
+            target = self.graph.targets[label]
+            if target.rule.pinned or not all(dep in tokens for dep in self.graph.inputs(label)):
                 continue
             key = keys.target_key(*self._key_ingredients(label, tokens))
-            foreseen.append(key)
-            tree = self.cache.listed_tree(key)
-            if tree is not None:
-                tokens[label] = keys.output_token(tree)
+            steps = target.attrs[target.rule.keeps_checkpoints] if target.rule.keeps_checkpoints else []
+            foreseen += [key, *kept_keys(key, steps).values()]
+            states = {
+                name: keys.checkpoint_key(key, self.graph.checkpoints[name].step) for name in self._kept.get(label, ())
+            }
+            for name, named in {label: key, **states}.items():
+                tree = self.cache.listed_tree(named)
+                if tree is not None:
+                    tokens[name] = keys.output_token(tree)
         return foreseen
 
     def _external(self, label: str) -> str | None:

@@ -288,7 +288,8 @@ class ActionCache:
         in overlapping round trips rather than a round trip per level of the graph."""
         if self._listed is None:
             return
-        unread = [path for path in map(layout.entry, keys) if path in self._listed and not self._remembered(path)]
+        paths = dict.fromkeys(map(layout.entry, keys))  # a kept state's key may be foreseen twice
+        unread = [path for path in paths if path in self._listed and not self._remembered(path)]
         self._read_ahead.update(self.store.read_many(unread))
 
     def _remembered(self, path: str) -> bool:
@@ -297,7 +298,8 @@ class ActionCache:
         return listed is not None and remembered is not None and remembered[0] == listed.signature
 
     def _answered_here(self, key: str) -> bool:
-        """Whether looking `key` up asks the store nothing: remembered, or read ahead."""
+        """Whether `key`'s entry is at hand, remembered or read ahead: its look-up then asks
+        the store nothing (but for the entries of states its step kept, if not at hand)."""
         path = layout.entry(key)
         return path in self._read_ahead or self._remembered(path)
 
