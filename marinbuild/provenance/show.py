@@ -80,6 +80,8 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
         "metrics": read_metrics(cache, entry, rule) if hit is None else {},
         # The states it kept, each also an entry of its own, which `show KEY` describes.
         **({"checkpoints": {str(step): checkpoint_key(key, step) for step in kept}} if kept else {}),
+        # The units a sharded step mapped (actions/shards.py), each an entry `show KEY` describes.
+        **({"shards": record["shards"]} if record.get("shards") else {}),
         # What the attempt that made the output measured (`ctx.measure`): not part of it.
         "measured": record.get("measured", {}),
         # Where the entry came from if it was copied from a mirror in another region
