@@ -141,6 +141,10 @@ def _build(ws: Path, *args: str, store: str | None = None, expect_rc: int | None
     return {**data, "ws": ws, "store": store}
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {path.relative_to(root).as_posix(): path.read_bytes() for path in root.rglob("*") if path.is_file()}
+
+
 def _texts(path: Path) -> list[str]:
     return [json.loads(line)["text"] for line in path.read_text().splitlines()]
 
@@ -295,20 +299,35 @@ def test_a_sharded_rule_is_checked_when_declared():
         Rule(name="bad", impl=lambda ctx: None, attrs={}, sharded=True, execution=Execution.SUBPROCESS)
 
 
-def test_sharded_steps_on_a_ray_cluster(make_workspace, ray_cluster):
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "gcs"])
+def test_sharded_steps_on_a_ray_cluster(make_workspace, ray_cluster, request, remote):
+    """The units run as Ray tasks, which fetch their shards from the store and upload their
+    outputs; the same keys and bytes as a local build."""
+    store = f"gs://{request.getfixturevalue('gcs_bucket')}/team" if remote else None
     local = _workspace(make_workspace)
     on_ray = _workspace(make_workspace)
     ray = ("--executor", "ray", "--ray-address", ray_cluster)
     expected = _build(local, "//p:all")
-    first = _build(on_ray, *ray, "//p:all")
+    first = _build(on_ray, *ray, "//p:all", store=store)
     assert keys(first) == keys(expected), first["stderr"]
     for label in ("//p:tagged", "//p:again"):
-        ours, theirs = _output(first, label), _output(expected, label)
-        assert {p.name: p.read_bytes() for p in ours.iterdir()} == {p.name: p.read_bytes() for p in theirs.iterdir()}
+        assert _tree(_output(first, label)) == _tree(_output(expected, label))
     lines = (on_ray / "units.log").read_text().splitlines()
     assert len(lines) == 6 and all(line.split("\t")[1].startswith("ray::") for line in lines), lines
     _units_run(on_ray)
     (on_ray / "p" / "data" / "d.jsonl").write_text(_documents("eta"))
-    added = _build(on_ray, *ray, "//p:all")
+    added = _build(on_ray, *ray, "//p:all", store=store)
     assert statuses(added) == {"//p:tagged": "built", "//p:again": "built"}
     assert _units_run(on_ray) == ["//p:again [data/d.jsonl]", "//p:tagged [data/d.jsonl]"]
+
+
+def test_a_failing_unit_on_a_ray_cluster_names_its_shard(make_workspace, ray_cluster):
+    ws = _workspace(make_workspace, **{"p/data/c.jsonl": _documents("explode")})
+    ray = ("--executor", "ray", "--ray-address", ray_cluster)
+    failed = _build(ws, *ray, "//p:tagged", expect_rc=1)
+    reason = failed["by_label"]["//p:tagged"]["reason"]
+    assert reason.startswith("shard data/c.jsonl: RuntimeError: a document that breaks the unit"), reason
+    _units_run(ws)
+    (ws / "p" / "data" / "c.jsonl").write_text(_documents("delta"))
+    assert statuses(_build(ws, *ray, "//p:tagged")) == {"//p:tagged": "built"}
+    assert _units_run(ws) == ["//p:tagged [data/c.jsonl]"]

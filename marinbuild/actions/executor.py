@@ -39,10 +39,10 @@ class Executor(abc.ABC):
         worker, or None when they are in `context.out`. Raises StepFailed when the step
         failed, WorkerLost when its worker died."""
 
-    def run_unit(self, impl: str, context: Context, inputs: Mapping[str, UnitInput]) -> Uploaded | None:
-        """Run one unit of a sharded step (actions/shards.py): here, in a worker process.
-        Returns outputs already uploaded under the unit's key, or None when they are in
-        `context.out`; raises as `run` does."""
+    def run_unit(self, target: Target, impl: str, context: Context, inputs: Mapping[str, UnitInput]) -> Uploaded | None:
+        """Run one unit (`impl` over `inputs`) of the sharded step `target` (actions/shards.py):
+        here, in a worker process. Returns outputs already uploaded under the unit's key, or
+        None when they are in `context.out`; raises as `run` does."""
         run_in_subprocess(impl, context)
         return None
 

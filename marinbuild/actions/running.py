@@ -233,7 +233,7 @@ class AttemptRunner:
         shards = None
         if sharded:
             step = ShardStep(
-                label,
+                target,
                 planned.key,
                 planned.recipe,
                 attempt.record,

@@ -39,6 +39,7 @@ from marinbuild.hashing import canonical_json, digest_file
 from marinbuild.store import ActionCache, AttemptStatus, Outputs
 from marinbuild.store.manifest import FileEntry
 from marinbuild.targets.context import Context, InputFiles, StepFailed
+from marinbuild.targets.rule import Target
 from marinbuild.targets.shards import ShardResult, ShardUnit
 
 _POLL_S = 0.2  # how often the runner looks whether the step was stopped
@@ -49,12 +50,12 @@ _NOT_INHERITED = ("key", "label", "attempt", "status", "attrs", "inputs", "attem
 
 @dataclass(frozen=True)
 class ShardStep:
-    """What the units of one running step share: the step (its label, key and recipe),
+    """What the units of one running step share: the step (its target, key and recipe),
     where and how its units run (`slots` at once), and its attempt's record, of which each
     unit's attempt keeps who ran it and with what. `aside` (`rerun --check`): every unit
     runs again, in a worker process here, recorded aside and never published."""
 
-    label: str
+    target: Target
     key: str
     recipe: Mapping[str, Any]
     attempt: Mapping[str, Any]
@@ -170,8 +171,12 @@ class ShardRunner:
             raise StepFailed(f"map_shards: unit {unit.name} reads {path} as {role!r}, which is not a file")
         return UnitInput(path, FileEntry(path.name, digest_file(path), path.stat().st_size), None)
 
+    @property
+    def _step_label(self) -> str:
+        return str(self.step.target.label)
+
     def _label(self, unit: _Unit) -> str:
-        return f"{self.step.label} [{unit.unit.name}]"
+        return f"{self._step_label} [{unit.unit.name}]"
 
     def _run_one(self, impl: str, unit: _Unit, found: Outputs | None, progress: _Progress) -> ShardResult | _Failed:
         """One unit: its published outputs if `found` (and readable), else run under its lease."""
@@ -194,7 +199,7 @@ class ShardRunner:
             **inherited,
             "attempt_number": 1,
             "started": utc_now(),
-            "shard_of": {"label": self.step.label, "key": self.step.key, "attempt": self.step.attempt.get("attempt")},
+            "shard_of": {"label": self._step_label, "key": self.step.key, "attempt": self.step.attempt.get("attempt")},
             "shard": unit.unit.name,
             "impl": impl,
             "attrs": dict(unit.unit.attrs),
@@ -203,6 +208,12 @@ class ShardRunner:
             },
         }
         attempt = self.cache.start_attempt(key, label, info, aside=self.step.aside)
+        if (
+            not self.executor.runs_here and not self.step.aside
+        ):  # a host elsewhere reads the files the step made from the store
+            for item in unit.inputs.values():
+                if item.key is None:
+                    self.cache.put_blob(attempt, item.path, item.entry.digest)
         files = {role: InputFiles(item.path, (item.path,), str(item.path)) for role, item in unit.inputs.items()}
         run = StepRun(
             label,
@@ -225,7 +236,7 @@ class ShardRunner:
             if self.step.aside:
                 outcome = run.run(lambda context: run_in_subprocess(impl, context))
             else:
-                outcome = run.run(lambda context: self.executor.run_unit(impl, context, unit.inputs))
+                outcome = run.run(lambda context: self.executor.run_unit(self.step.target, impl, context, unit.inputs))
         finally:
             with self._lock:
                 self._runs.discard(run)
