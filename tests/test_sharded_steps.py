@@ -38,7 +38,7 @@ import os
 import time
 from pathlib import Path
 
-from marinbuild.targets import Attr, Rule, ShardUnit
+from marinbuild.targets import Attr, Resources, Rule, ShardUnit
 from marinbuild.targets import attrs as types
 from marinbuild.targets.context import StepFailed
 
@@ -90,6 +90,53 @@ tag_docs = Rule(
     impl=_tag_docs,
     attrs={"data": Attr(types.LABEL_LIST), "suffix": Attr(types.STRING, default="!")},
     sharded=True,
+)
+
+
+def words_of_shard(ctx):
+    """The map phase of drop_shared: the distinct words of one shard."""
+    with open(ctx.workspace / "units.log", "a") as log:
+        log.write(f"{ctx.label} words\\tmap\\n")
+    words = set()
+    for line in open(ctx.location("shard"), encoding="utf-8"):
+        words.update(json.loads(line)["text"].split())
+    (ctx.out / "words.json").write_text(json.dumps(sorted(words)))
+
+
+def drop_in_shard(ctx):
+    """The apply phase: the documents of one shard holding no word of `shared`."""
+    with open(ctx.workspace / "units.log", "a") as log:
+        log.write(f"{ctx.label} drop\\tapply\\n")
+    shared = set(json.loads(ctx.location("shared").read_text()))
+    with open(ctx.out / "docs.jsonl", "w", encoding="utf-8") as out:
+        for line in open(ctx.location("shard"), encoding="utf-8"):
+            if not shared & set(json.loads(line)["text"].split()):
+                out.write(line)
+
+
+def _drop_shared(ctx):
+    """A global step, as dedup is: words per shard (map), the words in more than one shard
+    (reduce, here), then each shard without the documents holding one (apply)."""
+    shards = [path for label in ctx.attrs["data"] for path in ctx.files(label)]
+    names = [path.name for path in shards]
+    words = ctx.map_shards("toyshards:words_of_shard", [ShardUnit(n, {"shard": p}) for n, p in zip(names, shards)])
+    seen = {}
+    for result in words:
+        for word in result.read_json("words.json"):
+            seen[word] = seen.get(word, 0) + 1
+    shared = ctx.tmp / "shared.json"
+    shared.write_text(json.dumps(sorted(word for word, count in seen.items() if count > 1)))
+    units = [ShardUnit(n, {"shard": p, "shared": shared}) for n, p in zip(names, shards)]
+    for result in ctx.map_shards("toyshards:drop_in_shard", units):
+        result.place("docs.jsonl", ctx.out / result.name)
+
+
+drop_shared = Rule(
+    name="drop_shared",
+    impl=_drop_shared,
+    attrs={"data": Attr(types.LABEL_LIST)},
+    sharded=True,
+    resources=Resources(cpu=2),
 )
 '''
 
@@ -290,6 +337,45 @@ def test_a_killed_build_resumes_with_the_units_it_published(make_workspace):
     assert statuses(resumed) == {"//p:tagged": "built"}
     assert _units_run(ws) == ["//p:tagged [data/c.jsonl]"]
     assert _texts(_output(resumed, "//p:tagged") / "data" / "c.jsonl") == ["wait!"]
+
+
+def test_a_global_step_maps_reduces_and_applies(make_workspace):
+    """Changing one shard reruns its map unit, and every apply unit (the reduce changed)."""
+    shards = {
+        "q/a.jsonl": _documents("red fish", "blue sky"),
+        "q/b.jsonl": _documents("red apple", "green leaf"),
+        "q/c.jsonl": _documents("grey stone"),
+        "q/BUILD.marin": 'drop_shared(name = "dropped", data = glob(["*.jsonl"]))',
+    }
+    ws = _workspace(make_workspace, **shards)
+    built = _build(ws, "//q:dropped")
+    assert _texts(_output(built, "//q:dropped") / "a.jsonl") == ["blue sky"]
+    assert _texts(_output(built, "//q:dropped") / "b.jsonl") == ["green leaf"]
+    maps = [f"//q:dropped [{name}.jsonl] words" for name in "abc"]
+    applies = [f"//q:dropped [{name}.jsonl] drop" for name in "abc"]
+    assert _units_run(ws) == sorted(maps + applies)
+    rc, out, err = run_cli(ws, "show", "--json", "//q:dropped")
+    assert rc == 0 and len(json.loads(out)["shards"]) == 6, err
+
+    (ws / "q" / "c.jsonl").write_text(_documents("grey sky"))
+    rebuilt = _build(ws, "//q:dropped")
+    assert _units_run(ws) == sorted([maps[2], *applies])
+    # "sky" is in a and c now: "blue sky" and "grey sky" are dropped too.
+    assert _texts(_output(rebuilt, "//q:dropped") / "a.jsonl") == []
+    assert _texts(_output(rebuilt, "//q:dropped") / "c.jsonl") == []
+
+
+def test_rerun_check_runs_every_unit_again_aside(make_workspace):
+    ws = _workspace(make_workspace)
+    built = _build(ws, "//p:tagged")
+    _units_run(ws)
+    key = built["by_label"]["//p:tagged"]["key"]
+    entries = sorted((ws / "cache" / "ac").rglob("*.json"))
+    rc, out, err = run_cli(ws, "rerun", "--check", key)
+    assert rc == 0 and "the rerun matches the stored output" in out, out + err
+    assert _units_run(ws) == ["//p:tagged [data/a.jsonl]", "//p:tagged [data/b.jsonl]", "//p:tagged [data/c.jsonl]"]
+    assert sorted((ws / "cache" / "ac").rglob("*.json")) == entries
+    assert not list((ws / "cache" / "checks").rglob("*.jsonl"))
 
 
 def test_a_sharded_rule_is_checked_when_declared():

@@ -24,7 +24,7 @@ import os
 import shutil
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -129,9 +129,9 @@ class ShardRunner:
         """`ctx.map_shards` (context.py): the results of `units`, in their order."""
         if ":" not in impl:
             raise StepFailed(f"map_shards: the unit function {impl!r} is not 'module:function'")
-        names = [unit.name for unit in units]
-        if len(set(names)) < len(names):
-            raise StepFailed(f"map_shards: two units are named {next(n for n in names if names.count(n) > 1)!r}")
+        twice = [name for name, count in Counter(unit.name for unit in units).items() if count > 1]
+        if twice:
+            raise StepFailed(f"map_shards: two units are named {twice[0]!r}")
         planned = [self._plan(impl, unit) for unit in units]
         distinct = list({unit.key: unit for unit in planned}.values())  # units of one content run once
         found: list[Outputs | None] = [None] * len(distinct)
