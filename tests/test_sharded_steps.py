@@ -279,13 +279,23 @@ def test_a_step_entry_names_its_units_and_a_local_store_links_their_files(make_w
 
 def test_cache_gc_keeps_the_units_of_a_kept_step(make_workspace):
     ws = _workspace(make_workspace)
-    _build(ws, "//p:tagged")
+    build_json(ws, "//p:tagged")
     entries = sorted(path.name for path in (ws / "cache" / "ac").glob("*/*.json"))
+    assert len(entries) == 4  # the step's and its three units'
     rc, out, err = run_cli(ws, "cache", "gc", "--grace", "0s")
     assert rc == 0, err
     assert sorted(path.name for path in (ws / "cache" / "ac").glob("*/*.json")) == entries
     _units_run(ws)
-    assert statuses(_build(ws, "//p:tagged")) == {"//p:tagged": "cached"}
+    assert statuses(build_json(ws, "//p:tagged")) == {"//p:tagged": "cached"}
+    # Once the step goes (its recipe changed, and the newest build used the new one), its
+    # units go with it.
+    time.sleep(1)  # a later second: of two builds in one second, gc keeps the keys of both
+    _set_build(ws, first="?!")
+    build_json(ws, "//p:tagged")
+    rc, out, err = run_cli(ws, "cache", "gc", "--grace", "0s")
+    assert rc == 0, err
+    left = sorted(path.name for path in (ws / "cache" / "ac").glob("*/*.json"))
+    assert len(left) == 4 and not set(left) & set(entries)
 
 
 def test_a_failing_unit_fails_its_step_by_name_and_the_others_stay_published(make_workspace):
