@@ -57,6 +57,9 @@ def tag_shard(ctx):
                 raise StepFailed(f"line {number}: not a JSON line with a text field ({error})") from None
             ctx.progress(number, None, "docs")
     for text in documents:
+        if text == "die once" and not (ctx.workspace / "died").exists():
+            (ctx.workspace / "died").write_text("")
+            os.kill(os.getpid(), 9)  # as the kernel's OOM killer would
         if text == "explode":
             raise RuntimeError("a document that breaks the unit")
         while text == "wait" and (ctx.workspace / "HOLD").exists():
@@ -210,9 +213,16 @@ ALL_UNITS = [
 def test_only_the_units_of_new_or_changed_shards_run(make_workspace, request, remote):
     store = f"gs://{request.getfixturevalue('gcs_bucket')}/team" if remote else None
     ws = _workspace(make_workspace)
-    first = _build(ws, "//p:all", store=store)
+    events = ws / "events.jsonl"
+    first = _build(ws, "--events", str(events), "//p:all", store=store)
     assert statuses(first) == {"//p:tagged": "built", "//p:again": "built"}, first["stderr"]
     assert _units_run(ws) == ALL_UNITS
+    # Progress in shards and in what the units count (their documents).
+    progress = [
+        event for event in map(json.loads, events.read_text().splitlines()) if event["event"] == "step_progress"
+    ]
+    last = [event for event in progress if event["label"] == "//p:again"][-1]
+    assert (last["done"], last["total"], last["unit"]) == (3, 3, "shards, 6 docs")
     again = _output(first, "//p:again")
     assert _texts(again / "data" / "c.jsonl") == ["delta!?", "epsilon!?", "zeta!?"]
     assert json.loads((again / "summary.json").read_text()) == {"documents": 6, "shards": 3}
@@ -313,6 +323,29 @@ def test_a_failing_unit_fails_its_step_by_name_and_the_others_stay_published(mak
     fixed = _build(ws, "//p:tagged")
     assert statuses(fixed) == {"//p:tagged": "built"}
     assert _units_run(ws) == ["//p:tagged [data/c.jsonl]"]
+
+
+def test_a_unit_whose_worker_died_is_tried_again_with_the_others_published(make_workspace):
+    ws = _workspace(make_workspace, **{"p/data/c.jsonl": _documents("die once")})
+    built = _build(ws, "//p:tagged")
+    assert statuses(built) == {"//p:tagged": "built"}
+    assert "trying again" in built["stderr"]
+    # The step's second attempt ran only the unit that died: the others were published.
+    assert _units_run(ws) == [
+        "//p:tagged [data/a.jsonl]",
+        "//p:tagged [data/b.jsonl]",
+        *["//p:tagged [data/c.jsonl]"] * 2,
+    ]
+    records = sorted(
+        attempt_records(ws / "cache", built["by_label"]["//p:tagged"]["key"]), key=lambda r: r["attempt_number"]
+    )
+    assert [(record["status"], record.get("failure")) for record in records] == [
+        ("failed", "worker_lost"),
+        ("succeeded", None),
+    ]
+    assert records[0]["error"].startswith(
+        "worker lost: shard data/c.jsonl: worker lost: the worker process was killed by signal SIGKILL"
+    )
 
 
 def test_a_shard_that_is_not_json_lines_is_a_clean_error(make_workspace):
