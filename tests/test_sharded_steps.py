@@ -221,7 +221,7 @@ def test_only_the_units_of_new_or_changed_shards_run(make_workspace, request, re
     progress = [
         event for event in map(json.loads, events.read_text().splitlines()) if event["event"] == "step_progress"
     ]
-    last = [event for event in progress if event["label"] == "//p:again"][-1]
+    last = [event for event in progress if event["label"] == "//p:again" and "shards" in event["unit"]][-1]
     assert (last["done"], last["total"], last["unit"]) == (3, 3, "shards, 6 docs")
     again = _output(first, "//p:again")
     assert _texts(again / "data" / "c.jsonl") == ["delta!?", "epsilon!?", "zeta!?"]

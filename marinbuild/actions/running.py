@@ -26,7 +26,7 @@ from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.build_state import BuildState, Planned
 from marinbuild.actions.executor import Executor, input_files
 from marinbuild.actions.hermetic import recorded_environment, step_environment
-from marinbuild.actions.kept_states import kept_keys
+from marinbuild.actions.kept_states import kept_keys, settler
 from marinbuild.actions.results import Reporter
 from marinbuild.actions.resume import resume_point
 from marinbuild.actions.shards import ShardRunner, ShardStep, stored_files
@@ -229,6 +229,9 @@ class AttemptRunner:
             env=self._environment(target.rule),
             sandbox=self.options.steps.sandbox,
             timeout_s=timeout_s,
+            settle_kept=settler(self.cache, target, planned.key, attempt.attempt_id, self.provenance.invocation)
+            if publishes
+            else None,
         )
         shards = None
         if sharded:
