@@ -36,7 +36,7 @@ from marinbuild.actions.attempt import RunOutcome, StepRun, WorkerLost, utc_now
 from marinbuild.actions.executor import Dependencies, Executor, UnitInput, run_in_subprocess
 from marinbuild.errors import OutputDamaged
 from marinbuild.hashing import canonical_json, digest_file
-from marinbuild.store import ActionCache, AttemptStatus, Outputs
+from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Outputs
 from marinbuild.store.manifest import FileEntry
 from marinbuild.targets.context import Context, InputFiles, StepFailed
 from marinbuild.targets.rule import Target
@@ -192,10 +192,48 @@ class ShardRunner:
                     return result
             return self._attempt(impl, unit, lease, progress)
 
-    def _attempt(self, impl: str, unit: _Unit, lease: Any, progress: _Progress) -> ShardResult | _Failed:
-        label, key = self._label(unit), unit.key
+    def _attempt(self, impl: str, unit: _Unit, lease: Lease, progress: _Progress) -> ShardResult | _Failed:
+        """One attempt at a unit, under its lease: recorded, run, then published (or, aside,
+        kept for the step's comparison)."""
+        key = unit.key
+        attempt = self.cache.start_attempt(key, self._label(unit), self._record(impl, unit), aside=self.step.aside)
+        if not self.executor.runs_here and not self.step.aside:
+            for item in unit.inputs.values():  # a file the step made: a host elsewhere reads it from the store
+                if item.key is None:
+                    self.cache.put_blob(attempt, item.path, item.entry.digest)
+        started = time.monotonic()
+        outcome = self._run(impl, unit, attempt, lease, progress)
+        duration = round(time.monotonic() - started, 3)
+        measured = {"measured": outcome.measured} if outcome.measured else {}
+        if not outcome.succeeded:
+            tail = _tail(attempt.staging.log)
+            details = outcome.record()
+            self.cache.finish_attempt(attempt, outcome.status, finished=utc_now(), duration_s=duration, **details)
+            return _Failed(unit.unit.name, outcome, attempt.attempt_id, tail)
+        if self.step.aside:
+            self.cache.finish_attempt(
+                attempt, AttemptStatus.SUCCEEDED, keep_staging=True, finished=utc_now(), duration_s=duration, **measured
+            )
+            self._aside.append(attempt.staging.root)
+            assert outcome.manifest is not None
+            names = tuple(item.path for item in outcome.manifest.files)
+            return ShardResult(unit.unit.name, key, attempt.staging.out, names, ran=True)
+        provenance = {**attempt.record, "finished": utc_now(), "duration_s": duration, **measured}
+        provenance.pop("status", None)
+        published = outcome.uploaded or outcome.manifest
+        assert published is not None
+        outputs = self.cache.publish(attempt, unit.recipe, provenance, published)
+        self.cache.finish_attempt(attempt, AttemptStatus.SUCCEEDED, finished=utc_now(), duration_s=duration, **measured)
+        result = self._result(unit, outputs, ran=True)
+        if result is None:
+            raise StepFailed(f"shard {unit.unit.name}: its outputs were damaged in the store as soon as published")
+        return result
+
+    def _record(self, impl: str, unit: _Unit) -> dict[str, Any]:
+        """What a unit's attempt record holds: its step's who and with what, and its own
+        shard, function, parameters and input digests."""
         inherited = {name: value for name, value in self.step.attempt.items() if name not in _NOT_INHERITED}
-        info = {
+        return {
             **inherited,
             "attempt_number": 1,
             "started": utc_now(),
@@ -207,22 +245,19 @@ class ShardRunner:
                 role: {"blake3": item.entry.digest, "size": item.entry.size} for role, item in unit.inputs.items()
             },
         }
-        attempt = self.cache.start_attempt(key, label, info, aside=self.step.aside)
-        if (
-            not self.executor.runs_here and not self.step.aside
-        ):  # a host elsewhere reads the files the step made from the store
-            for item in unit.inputs.values():
-                if item.key is None:
-                    self.cache.put_blob(attempt, item.path, item.entry.digest)
+
+    def _run(self, impl: str, unit: _Unit, attempt: Attempt, lease: Lease, progress: _Progress) -> RunOutcome:
+        """Run a unit through its `StepRun`: by the executor, or in a worker process here when
+        aside; stopped when its lease is lost or its step is stopped."""
         files = {role: InputFiles(item.path, (item.path,), str(item.path)) for role, item in unit.inputs.items()}
         run = StepRun(
-            label,
-            key,
+            self._label(unit),
+            unit.key,
             dict(unit.unit.attrs),
             attempt.staging,
             files,
             self.step.workspace,
-            progress=functools.partial(progress.unit_progress, key),
+            progress=functools.partial(progress.unit_progress, unit.key),
             env=self.step.env,
             sandbox=self.step.sandbox,
             timeout_s=self.step.timeout_s,
@@ -231,41 +266,13 @@ class ShardRunner:
         if lease.lost:
             run.stop(AttemptStatus.LEASE_LOST)
         self._track(run)
-        started = time.monotonic()
         try:
             if self.step.aside:
-                outcome = run.run(lambda context: run_in_subprocess(impl, context))
-            else:
-                outcome = run.run(lambda context: self.executor.run_unit(self.step.target, impl, context, unit.inputs))
+                return run.run(lambda context: run_in_subprocess(impl, context))
+            return run.run(lambda context: self.executor.run_unit(self.step.target, impl, context, unit.inputs))
         finally:
             with self._lock:
                 self._runs.discard(run)
-        duration = round(time.monotonic() - started, 3)
-        measured = {"measured": outcome.measured} if outcome.measured else {}
-        if not outcome.succeeded:
-            tail = _tail(attempt.staging.log)
-            self.cache.finish_attempt(
-                attempt, outcome.status, finished=utc_now(), duration_s=duration, **outcome.record()
-            )
-            return _Failed(unit.unit.name, outcome, attempt.attempt_id, tail)
-        if self.step.aside:
-            self.cache.finish_attempt(
-                attempt, AttemptStatus.SUCCEEDED, keep_staging=True, finished=utc_now(), duration_s=duration, **measured
-            )
-            self._aside.append(attempt.staging.root)
-            assert outcome.manifest is not None
-            files_out = tuple(item.path for item in outcome.manifest.files)
-            return ShardResult(unit.unit.name, key, attempt.staging.out, files_out, ran=True)
-        provenance = {**attempt.record, "finished": utc_now(), "duration_s": duration, **measured}
-        provenance.pop("status", None)
-        published = outcome.uploaded or outcome.manifest
-        assert published is not None
-        outputs = self.cache.publish(attempt, unit.recipe, provenance, published)
-        self.cache.finish_attempt(attempt, AttemptStatus.SUCCEEDED, finished=utc_now(), duration_s=duration, **measured)
-        result = self._result(unit, outputs, ran=True)
-        if result is None:
-            raise StepFailed(f"shard {unit.unit.name}: its outputs were damaged in the store as soon as published")
-        return result
 
     def _result(self, unit: _Unit, outputs: Outputs, ran: bool) -> ShardResult | None:
         """The unit's outputs as local files; None if they turn out damaged (the entry is
