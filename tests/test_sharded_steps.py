@@ -281,6 +281,10 @@ def test_a_step_entry_names_its_units_and_a_local_store_links_their_files(make_w
         ws / "cache" / "out" / units["//p:tagged [data/a.jsonl]"]["key"][:2] / units["//p:tagged [data/a.jsonl]"]["key"]
     )
     assert os.stat(step_file).st_ino == os.stat(unit_dir / "docs.jsonl").st_ino
+    # A unit reruns with its step, not alone.
+    rc, out, err = run_cli(ws, "rerun", unit_a["key"])
+    assert rc == 2 and "is the unit data/a.jsonl of the sharded step //p:tagged" in err, err
+    assert f"marinbuild rerun {built['by_label']['//p:tagged']['key']}" in err
     # Each unit's attempt is recorded, with its shard, its step and what it measured.
     [record] = attempt_records(ws / "cache", units["//p:tagged [data/c.jsonl]"]["key"])
     assert record["status"] == "succeeded" and record["shard"] == "data/c.jsonl"
