@@ -1,6 +1,6 @@
 """Document filters, and the chain that runs them and counts what each removed.
 
-Each filter is a small frozen dataclass: its fields are its parameters, checked when it is
+Each filter is a small frozen dataclass of `parameters.Parameters`: its fields are its parameters, checked when it is
 made (a wrong name, type or range is an `AttrError` naming the valid ones, which the loader
 turns into an error at the BUILD line), and `apply` returns the document kept (rewritten,
 for the C4 rules, which drop lines) or the reason it is rejected, a short fixed phrase so
@@ -20,91 +20,36 @@ from __future__ import annotations
 import functools
 import re
 import string
-import typing
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from marinbuild.errors import did_you_mean
 from marinbuild.targets.attrs import AttrError, JsonValue
 from marinbuild.targets.context import StepFailed
-from rules.webdata.documents import Document
+from rules.webdata.documents import Document, paragraphs
+from rules.webdata.parameters import Parameters, fraction
 
 Verdict = Document | str  # the document kept, or why it was rejected
 
 
-class Filter(ABC):
+class Filter(Parameters, ABC):
     """A document filter; subclasses are frozen dataclasses whose fields are its parameters."""
 
     name: ClassVar[str]
+
+    @classmethod
+    def subject(cls) -> str:
+        return f"filter '{cls.name}'"
 
     @abstractmethod
     def apply(self, document: Document) -> Verdict:
         """The document kept (perhaps with its text rewritten), or the reason it is rejected."""
 
-    def problems(self) -> list[str]:
-        """What is wrong with the parameters' values (their types are checked before)."""
-        return []
-
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        wrong = []
-        for spec in fields(self):
-            value = _as_declared(hints[spec.name], getattr(self, spec.name))
-            if value is None:
-                wrong.append(f"'{spec.name}' must be {_describe(hints[spec.name])}, got {getattr(self, spec.name)!r}")
-            else:
-                object.__setattr__(self, spec.name, value)
-        wrong = wrong or self.problems()
-        if wrong:
-            raise AttrError(f"filter '{self.name}': " + "; ".join(wrong))
-
     def to_json(self) -> dict[str, JsonValue]:
-        """Every parameter, defaults included: the filter's part of a step's recipe."""
-        return {"name": self.name, **{spec.name: _json(getattr(self, spec.name)) for spec in fields(self)}}
-
-
-def _as_declared(hint: Any, value: Any) -> Any:
-    """`value` as the type `hint` declares (an int where a float is declared becomes a float,
-    a list a tuple), or None if it is not of that type."""
-    if hint is bool:
-        return value if isinstance(value, bool) else None
-    if hint is int:
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-    if hint is float:
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-    if hint is str:
-        return value if isinstance(value, str) else None
-    if typing.get_origin(hint) is tuple and isinstance(value, list | tuple):
-        arguments = typing.get_args(hint)
-        items = arguments[:1] * len(value) if arguments[-1] is Ellipsis else arguments
-        if len(items) != len(value):
-            return None
-        converted = tuple(_as_declared(item, element) for item, element in zip(items, value))
-        return None if any(element is None for element in converted) else converted
-    return None
-
-
-def _describe(hint: Any, plural: bool = False) -> str:
-    """How an error names the type `hint`: 'an int', 'a list of strings', 'a list of [int, number] pairs'."""
-    if typing.get_origin(hint) is tuple:
-        arguments = typing.get_args(hint)
-        if arguments[-1] is Ellipsis:
-            return f"a list of {_describe(arguments[0], plural=True)}"
-        pair = "[" + ", ".join(_describe(argument).split()[-1] for argument in arguments) + "]"
-        return f"{pair} pairs" if plural else pair
-    singular = {bool: "a bool", int: "an int", float: "a number", str: "a string"}[hint]
-    return singular.split()[-1] + "s" if plural else singular
-
-
-def _json(value: Any) -> JsonValue:
-    return [_json(item) for item in value] if isinstance(value, tuple) else value
-
-
-def _fraction(name: str, value: float) -> list[str]:
-    return [] if 0 <= value <= 1 else [f"'{name}' must be between 0 and 1, got {value}"]
+        return {"name": self.name, **super().to_json()}
 
 
 def _words(text: str) -> list[str]:
@@ -113,10 +58,6 @@ def _words(text: str) -> list[str]:
 
 def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.split("\n") if line.strip()]
-
-
-def _paragraphs(text: str) -> list[str]:
-    return [paragraph.strip() for paragraph in re.split(r"\n\s*\n", text) if paragraph.strip()]
 
 
 # -- Gopher quality ---------------------------------------------------------------------------
@@ -155,7 +96,7 @@ class GopherQuality(Filter):
         if not 0 <= self.min_mean_word_length <= self.max_mean_word_length:
             wrong.append("need 0 <= min_mean_word_length <= max_mean_word_length")
         for name in ("max_bullet_lines_ratio", "max_ellipsis_lines_ratio", "min_alpha_words_ratio"):
-            wrong += _fraction(name, getattr(self, name))
+            wrong += fraction(name, getattr(self, name))
         if self.max_symbol_word_ratio < 0 or self.min_stop_words < 0:
             wrong.append("max_symbol_word_ratio and min_stop_words must not be negative")
         return wrong
@@ -272,7 +213,7 @@ def _duplicates(elements: Sequence[str]) -> tuple[int, int]:
     return count, characters
 
 
-def _top_ngram_fraction(words: Sequence[str], n: int) -> float:
+def _top_ngramfraction(words: Sequence[str], n: int) -> float:
     """The share of the words' characters in the most frequent n-gram's occurrences."""
     ngrams = Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
     if not ngrams:
@@ -281,7 +222,7 @@ def _top_ngram_fraction(words: Sequence[str], n: int) -> float:
     return count * sum(len(word) for word in top) / sum(len(word) for word in words)
 
 
-def _duplicate_ngram_fraction(words: Sequence[str], n: int) -> float:
+def _duplicate_ngramfraction(words: Sequence[str], n: int) -> float:
     """The share of the words' characters inside n-grams that occur more than once, each
     character counted once however many such n-grams overlap it."""
     starts: dict[tuple[str, ...], list[int]] = {}
@@ -324,7 +265,7 @@ class GopherRepetition(Filter):
             "max_duplicate_line_characters",
             "max_duplicate_paragraph_characters",
         ):
-            wrong += _fraction(name, getattr(self, name))
+            wrong += fraction(name, getattr(self, name))
         for name in ("top_ngrams", "duplicate_ngrams"):
             for n, share in getattr(self, name):
                 if n < 1 or not 0 <= share <= 1:
@@ -334,7 +275,7 @@ class GopherRepetition(Filter):
     def apply(self, document: Document) -> Verdict:
         text = document.text
         for elements, kind, max_count, max_characters in (
-            (_paragraphs(text), "paragraph", self.max_duplicate_paragraphs, self.max_duplicate_paragraph_characters),
+            (paragraphs(text), "paragraph", self.max_duplicate_paragraphs, self.max_duplicate_paragraph_characters),
             (_lines(text), "line", self.max_duplicate_lines, self.max_duplicate_line_characters),
         ):
             count, characters = _duplicates(elements)
@@ -344,10 +285,10 @@ class GopherRepetition(Filter):
                 return f"duplicate {kind} characters"
         words = _words(text)
         for n, share in self.top_ngrams:
-            if _top_ngram_fraction(words, n) > share:
+            if _top_ngramfraction(words, n) > share:
                 return f"top {n}-gram"
         for n, share in self.duplicate_ngrams:
-            if _duplicate_ngram_fraction(words, n) > share:
+            if _duplicate_ngramfraction(words, n) > share:
                 return f"duplicate {n}-grams"
         return document
 
@@ -389,7 +330,7 @@ class Language(Filter):
         wrong = [] if self.model else ["'model' (the fastText model file) is required"]
         if not self.languages or not all(re.fullmatch(r"[A-Za-z_-]+", code) for code in self.languages):
             wrong.append(f"'languages' must be language codes such as 'en', got {list(self.languages)}")
-        return wrong + _fraction("threshold", self.threshold)
+        return wrong + fraction("threshold", self.threshold)
 
     def apply(self, document: Document) -> Verdict:
         labels, scores = _language_model(self.model).predict(document.text.replace("\n", " "), k=1)
@@ -415,15 +356,7 @@ def make_filter(spec: Mapping[str, JsonValue]) -> Filter:
         raise AttrError(
             f"unknown filter '{name}': the filters are {', '.join(FILTERS)}", hint=did_you_mean(name, FILTERS)
         )
-    cls = FILTERS[name]
-    parameters = [spec_field.name for spec_field in fields(cls)]
-    unknown = [key for key in spec if key != "name" and key not in parameters]
-    if unknown:
-        raise AttrError(
-            f"filter '{name}' has no parameter '{unknown[0]}': its parameters are {', '.join(parameters)}",
-            hint=did_you_mean(unknown[0], parameters),
-        )
-    return cls(**{key: value for key, value in spec.items() if key != "name"})
+    return FILTERS[name].from_spec({key: value for key, value in spec.items() if key != "name"})
 
 
 @dataclass(frozen=True)
