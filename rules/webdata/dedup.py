@@ -58,6 +58,7 @@ from rules.webdata.parameters import Parameters
 
 _P = TypeVar("_P", bound=Parameters)
 MAX_HASHES = 1024  # bands x rows: a signature of 4 KiB a document at most
+VERIFY_BYTES = 2**22  # of candidate pairs' signatures compared at once by the reduce
 BATCH_WORDS = 2**20  # words hashed in one numpy batch of a shard's map: ~50 MB of arrays
 WORD_CACHE = 2**20  # distinct words whose hashes the map remembers before starting afresh
 _WORD = re.compile(r"\w+")
@@ -369,9 +370,10 @@ def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class _Signatures:
     """Every shard's MinHash signatures, read a band at a time, or for a few documents."""
 
-    def __init__(self, paths: Sequence[Path], offsets: np.ndarray):
+    def __init__(self, paths: Sequence[Path], offsets: np.ndarray, fuzzy: FuzzyDedup):
         self.paths = paths
         self.offsets = offsets  # the position of each shard's first document, and the total
+        self.shape = (fuzzy.bands, fuzzy.rows)
 
     def band(self, band: int) -> np.ndarray:
         """The `rows` values of one band of every document, (documents, rows)."""
@@ -380,14 +382,12 @@ class _Signatures:
     def of(self, documents: np.ndarray) -> np.ndarray:
         """The whole signatures of `documents` (positions), (len(documents), bands, rows)."""
         shard = np.searchsorted(self.offsets, documents, side="right") - 1
-        found: np.ndarray | None = None
+        found = np.empty((len(documents), *self.shape), dtype=np.uint32)
         for index in np.unique(shard):
-            minhash = np.load(self.paths[index], mmap_mode="r")
-            if found is None:
-                found = np.empty((len(documents), minhash.shape[0], minhash.shape[2]), dtype=np.uint32)
             chosen = shard == index
+            minhash = np.load(self.paths[index], mmap_mode="r")
             found[chosen] = minhash[:, documents[chosen] - self.offsets[index], :].transpose(1, 0, 2)
-        return found if found is not None else np.empty((0, 0, 0), dtype=np.uint32)
+        return found
 
 
 def _band_keys(band: np.ndarray) -> np.ndarray:
@@ -446,7 +446,7 @@ def find_clusters(maps: Sequence[Path], config: DedupConfig, out: Path) -> Clust
         same = np.all(content[first] == content[other], axis=1)  # the other 64 bits too
         _union(parent, first[same], other[same])
     if config.fuzzy:
-        _near_duplicates(parent, _Signatures([d / MINHASH for d in maps], offsets), config.fuzzy, counts)
+        _near_duplicates(parent, _Signatures([d / MINHASH for d in maps], offsets, config.fuzzy), config.fuzzy, counts)
     _compress(parent)
     sizes = np.bincount(parent, minlength=total)
     status = np.full(total, UNIQUE, dtype=np.int8)
@@ -476,14 +476,19 @@ def find_clusters(maps: Sequence[Path], config: DedupConfig, out: Path) -> Clust
 
 def _near_duplicates(parent: np.ndarray, signatures: _Signatures, fuzzy: FuzzyDedup, counts: ClusterCounts) -> None:
     """Union every pair that shares a band and whose signatures agree on `threshold` of
-    their values, one band at a time: memory is a band's values and keys, not the signatures."""
+    their values, one band at a time, and the pairs' signatures VERIFY_BYTES at a time:
+    memory is a band's values and keys, never the signatures."""
+    chunk = max(1, VERIFY_BYTES // (2 * 4 * fuzzy.bands * fuzzy.rows))
     for band in range(fuzzy.bands):
         first, other = _runs(_band_keys(signatures.band(band)))
         apart = _roots(parent, first) != _roots(parent, other)
         first, other = first[apart], other[apart]
         counts.candidate_pairs += len(first)
-        agreement = np.mean(signatures.of(first) == signatures.of(other), axis=(1, 2)) if len(first) else first
-        similar = agreement >= fuzzy.threshold
+        similar = np.zeros(len(first), dtype=bool)
+        for at in range(0, len(first), chunk):
+            pairs = slice(at, at + chunk)
+            agreement = np.mean(signatures.of(first[pairs]) == signatures.of(other[pairs]), axis=(1, 2))
+            similar[pairs] = agreement >= fuzzy.threshold
         counts.below_threshold += int(np.count_nonzero(~similar))
         _union(parent, first[similar], other[similar])
 
