@@ -1,12 +1,13 @@
 """Document filters, and the chain that runs them and counts what each removed.
 
-Each filter is a small frozen dataclass of `parameters.Parameters`: its fields are its parameters, checked when it is
-made (a wrong name, type or range is an `AttrError` naming the valid ones, which the loader
-turns into an error at the BUILD line), and `apply` returns the document kept (rewritten,
-for the C4 rules, which drop lines) or the reason it is rejected, a short fixed phrase so
-that counts by reason stay readable. Filters are made from JSON-like specs,
-`{"name": "gopher_quality", "min_words": 100}`, by `make_filter`; `Filter.to_json` gives
-back every parameter, defaults included, which is what a step's key holds.
+Each filter is a small frozen dataclass of `parameters.Parameters`: its fields are its
+parameters, checked when it is made (a wrong name, type or range is an `AttrError` naming
+the valid ones, which the loader turns into an error at the BUILD line), and `apply`
+returns the document kept (rewritten, for the C4 rules, which drop lines) or the reason it
+is rejected, a short fixed phrase so that counts by reason stay readable. Filters are made
+from JSON-like specs, `{"name": "gopher_quality", "min_words": 100}`, by `make_filter`;
+`Filter.to_json` gives back every parameter, defaults included, which is what a step's key
+holds.
 
 Defaults follow the papers that published the rules, cited in each filter's docstring.
 Words are the whitespace-separated tokens of the text (the papers do not fix a
@@ -213,7 +214,7 @@ def _duplicates(elements: Sequence[str]) -> tuple[int, int]:
     return count, characters
 
 
-def _top_ngramfraction(words: Sequence[str], n: int) -> float:
+def _top_ngram_fraction(words: Sequence[str], n: int) -> float:
     """The share of the words' characters in the most frequent n-gram's occurrences."""
     ngrams = Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
     if not ngrams:
@@ -222,7 +223,7 @@ def _top_ngramfraction(words: Sequence[str], n: int) -> float:
     return count * sum(len(word) for word in top) / sum(len(word) for word in words)
 
 
-def _duplicate_ngramfraction(words: Sequence[str], n: int) -> float:
+def _duplicate_ngram_fraction(words: Sequence[str], n: int) -> float:
     """The share of the words' characters inside n-grams that occur more than once, each
     character counted once however many such n-grams overlap it."""
     starts: dict[tuple[str, ...], list[int]] = {}
@@ -285,10 +286,10 @@ class GopherRepetition(Filter):
                 return f"duplicate {kind} characters"
         words = _words(text)
         for n, share in self.top_ngrams:
-            if _top_ngramfraction(words, n) > share:
+            if _top_ngram_fraction(words, n) > share:
                 return f"top {n}-gram"
         for n, share in self.duplicate_ngrams:
-            if _duplicate_ngramfraction(words, n) > share:
+            if _duplicate_ngram_fraction(words, n) > share:
                 return f"duplicate {n}-grams"
         return document
 
@@ -299,14 +300,14 @@ LABEL_PREFIX = "__label__"
 
 
 @functools.cache
-def _language_model(path: str) -> Any:
-    """The fastText model at `path`, loaded once per process."""
+def fasttext_model(path: str, role: str) -> Any:
+    """The fastText model at `path` (a `role` model: language, quality), loaded once per process."""
     import fasttext
 
     try:
         return fasttext.load_model(path)
     except ValueError as error:
-        raise StepFailed(f"cannot load the fastText language model {path}: {error}") from None
+        raise StepFailed(f"cannot load the fastText {role} model {path}: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,7 @@ class Language(Filter):
         return wrong + fraction("threshold", self.threshold)
 
     def apply(self, document: Document) -> Verdict:
-        labels, scores = _language_model(self.model).predict(document.text.replace("\n", " "), k=1)
+        labels, scores = fasttext_model(self.model, "language").predict(document.text.replace("\n", " "), k=1)
         language, score = labels[0].removeprefix(LABEL_PREFIX), float(scores[0])
         if language not in self.languages:
             return "other language"
@@ -342,9 +343,37 @@ class Language(Filter):
         return replace(document, metadata={**document.metadata, "language": language, "language_score": score})
 
 
+# -- quality ------------------------------------------------------------------------------------
+
+QUALITY_SCORE = "quality_score"  # the metadata field quality.QualityScorer writes
+
+
+@dataclass(frozen=True)
+class QualityThreshold(Filter):
+    """Keeps documents whose quality score (the metadata `field`, written by the quality
+    classifier, `quality.QualityScorer`) is at least `threshold`. A top-quantile filter is
+    this filter at the cut `quality.top_fraction_cut` computes over every shard's scores.
+    """
+
+    name: ClassVar[str] = "quality_threshold"
+    threshold: float = 0.5
+    field: str = QUALITY_SCORE
+
+    def problems(self) -> list[str]:
+        return fraction("threshold", self.threshold) + ([] if self.field else ["'field' must not be empty"])
+
+    def apply(self, document: Document) -> Verdict:
+        score = document.metadata.get(self.field)
+        if not isinstance(score, int | float) or isinstance(score, bool):
+            return "no quality score"
+        return document if score >= self.threshold else "quality below threshold"
+
+
 # -- making filters, and the chain --------------------------------------------------------------
 
-FILTERS: dict[str, type[Filter]] = {cls.name: cls for cls in (GopherQuality, C4Quality, GopherRepetition, Language)}
+FILTERS: dict[str, type[Filter]] = {
+    cls.name: cls for cls in (GopherQuality, C4Quality, GopherRepetition, Language, QualityThreshold)
+}
 
 
 def make_filter(spec: Mapping[str, JsonValue]) -> Filter:
