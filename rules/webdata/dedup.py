@@ -358,13 +358,15 @@ def _compress(parent: np.ndarray) -> None:
 
 def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pairs (first, other) of positions with equal keys: each position whose key a smaller
-    position holds, with the smallest such position (a stable sort keeps it first)."""
-    order = np.argsort(keys, kind="stable")
+    position holds, with the smallest such position."""
+    order = np.argsort(keys)
     ordered = keys[order]
     new_run = np.ones(len(keys), dtype=bool)
     new_run[1:] = ordered[1:] != ordered[:-1]
-    firsts = order[new_run][np.cumsum(new_run) - 1]
-    return firsts[~new_run], order[~new_run]
+    starts = np.flatnonzero(new_run)
+    firsts = np.minimum.reduceat(order, starts)[np.cumsum(new_run) - 1] if len(keys) else order
+    others = order != firsts
+    return firsts[others], order[others]
 
 
 class _Signatures:
@@ -372,12 +374,20 @@ class _Signatures:
 
     def __init__(self, paths: Sequence[Path], offsets: np.ndarray, fuzzy: FuzzyDedup):
         self.paths = paths
+        self.headers = [_npy_header(path) for path in paths]
         self.offsets = offsets  # the position of each shard's first document, and the total
         self.shape = (fuzzy.bands, fuzzy.rows)
 
     def band(self, band: int) -> np.ndarray:
-        """The `rows` values of one band of every document, (documents, rows)."""
-        return np.concatenate([np.load(path, mmap_mode="r")[band] for path in self.paths])
+        """The `rows` values of one band of every document, (documents, rows), read from each
+        file where it lies (a memory map would map far more of the files than it reads)."""
+        found = np.empty((int(self.offsets[-1]), self.shape[1]), dtype=np.uint32)
+        for index, (path, ((_, documents, rows), dtype, start)) in enumerate(zip(self.paths, self.headers)):
+            with open(path, "rb") as file:
+                file.seek(start + band * documents * rows * dtype.itemsize)
+                values = np.fromfile(file, dtype=dtype, count=documents * rows)
+            found[self.offsets[index] : self.offsets[index + 1]] = values.reshape(documents, rows)
+        return found
 
     def of(self, documents: np.ndarray) -> np.ndarray:
         """The whole signatures of `documents` (positions), (len(documents), bands, rows)."""
@@ -385,9 +395,19 @@ class _Signatures:
         found = np.empty((len(documents), *self.shape), dtype=np.uint32)
         for index in np.unique(shard):
             chosen = shard == index
-            minhash = np.load(self.paths[index], mmap_mode="r")
+            shape, dtype, start = self.headers[index]
+            minhash = np.memmap(self.paths[index], dtype=dtype, mode="r", offset=start, shape=shape)
             found[chosen] = minhash[:, documents[chosen] - self.offsets[index], :].transpose(1, 0, 2)
         return found
+
+
+def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """The shape and dtype of the array a .npy file holds, and where its data starts."""
+    with open(path, "rb") as file:
+        version = np.lib.format.read_magic(file)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(file)
+        return shape, dtype, file.tell()
 
 
 def _band_keys(band: np.ndarray) -> np.ndarray:
@@ -435,12 +455,14 @@ class Clusters:
 def find_clusters(maps: Sequence[Path], config: DedupConfig, out: Path) -> Clusters:
     """The clusters of every document of the shards whose `map_shard` directories are `maps`,
     in the stable order; writes each shard's decisions into the new directory `out`."""
-    contents = [np.load(directory / CONTENT, mmap_mode="r") for directory in maps]
-    offsets = np.concatenate([[0], np.cumsum([len(content) for content in contents])]).astype(np.int64)
+    sizes = [_npy_header(directory / CONTENT)[0][0] for directory in maps]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     total = int(offsets[-1])
     counts = ClusterCounts(documents=total)
     parent = np.arange(total, dtype=np.int64)
-    content = np.concatenate(contents) if contents else np.empty((0, 2), dtype="<u8")
+    content = np.empty((total, 2), dtype="<u8")
+    for index, directory in enumerate(maps):
+        content[offsets[index] : offsets[index + 1]] = np.load(directory / CONTENT)
     if config.exact:
         first, other = _runs(content[:, 0])
         same = np.all(content[first] == content[other], axis=1)  # the other 64 bits too
@@ -448,16 +470,16 @@ def find_clusters(maps: Sequence[Path], config: DedupConfig, out: Path) -> Clust
     if config.fuzzy:
         _near_duplicates(parent, _Signatures([d / MINHASH for d in maps], offsets, config.fuzzy), config.fuzzy, counts)
     _compress(parent)
-    sizes = np.bincount(parent, minlength=total)
+    members = np.bincount(parent, minlength=total)
     status = np.full(total, UNIQUE, dtype=np.int8)
-    grouped = sizes[parent] > 1
+    grouped = members[parent] > 1
     first = parent == np.arange(total)
     status[grouped & first] = KEPT
     removed = grouped & ~first
     same_content = np.all(content == content[parent], axis=1)
     status[removed & same_content] = EXACT
     status[removed & ~same_content] = NEAR
-    counts.clusters = int(np.count_nonzero(sizes > 1))
+    counts.clusters = int(np.count_nonzero(members > 1))
     counts.exact_duplicates = int(np.count_nonzero(status == EXACT))
     counts.near_duplicates = int(np.count_nonzero(status == NEAR))
     out.mkdir(parents=True)
