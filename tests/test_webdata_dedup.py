@@ -32,14 +32,12 @@ from rules.webdata.dedup import (
     VERIFY_BYTES,
     ClusterMember,
     Clusters,
-    DedupConfig,
     Deduplication,
-    FuzzyDedup,
-    ParagraphDedup,
     ShardSignatures,
     find_clusters,
     map_shard,
 )
+from rules.webdata.dedup_config import DedupConfig, FuzzyDedup, ParagraphDedup
 from rules.webdata.documents import Document, Skips, read_documents, write_documents
 from rules.webdata.extract import read_warc
 from rules.webdata.raw_corpus import GROUND_TRUTH, WARC_DIRECTORY, RawCorpusSpec, write_raw_corpus
@@ -178,7 +176,8 @@ def test_a_shard_s_signatures_are_the_same_bytes_in_another_process(corpus, tmp_
     config = DedupConfig(paragraphs=ParagraphDedup())
     map_shard(read_documents(shard, Skips()), config, tmp_path / "here")
     code = (
-        "import sys; from pathlib import Path; from rules.webdata.dedup import DedupConfig, ParagraphDedup, map_shard;"
+        "import sys; from pathlib import Path; from rules.webdata.dedup import map_shard;"
+        "from rules.webdata.dedup_config import DedupConfig, ParagraphDedup;"
         "from rules.webdata.documents import Skips, read_documents;"
         "config = DedupConfig(paragraphs=ParagraphDedup());"
         "map_shard(read_documents(Path(sys.argv[1]), Skips()), config, Path(sys.argv[2]))"
@@ -355,3 +354,13 @@ def test_a_spec_gives_the_config_back_with_every_parameter() -> None:
     }
     assert DedupConfig.from_spec(**config.to_json()) == config
     assert DedupConfig.from_spec().fuzzy == FuzzyDedup() and DedupConfig.from_spec().paragraphs is None
+
+
+def test_making_the_config_imports_no_numpy() -> None:
+    """BUILD files are loaded with dedup's parameters checked: that must not import numpy."""
+    code = (
+        "import sys; from rules.webdata.dedup_config import DedupConfig; "
+        "DedupConfig.from_spec(fuzzy={'bands': 20, 'rows': 5}, paragraphs=True); print('numpy' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

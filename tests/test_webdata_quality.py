@@ -8,6 +8,8 @@ histograms keeps what it should on known scores.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -184,3 +186,13 @@ def test_hyperparameters_give_back_every_value() -> None:
         "epoch": 5, "lr": 1.0, "word_ngrams": 2, "dim": 32, "min_count": 1, "bucket": 2_000_000, "seed": 1,
     }  # fmt: skip
     assert QualityHyperparameters.from_spec(made.to_json()) == made
+
+
+def test_checking_hyperparameters_imports_neither_numpy_nor_fasttext() -> None:
+    code = (
+        "import sys; from rules.webdata.quality import QualityHyperparameters; "
+        "QualityHyperparameters.from_spec({'dim': 16, 'bucket': 2**19}); "
+        "print('numpy' in sys.modules, 'fasttext' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False False"

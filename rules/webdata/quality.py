@@ -29,14 +29,16 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from marinbuild.targets.attrs import AttrError
 from marinbuild.targets.context import StepFailed
 from rules.webdata.documents import Document
 from rules.webdata.filters import LABEL_PREFIX, QUALITY_SCORE, fasttext_model
 from rules.webdata.parameters import Parameters
+
+if TYPE_CHECKING:  # imported where used: BUILD files check the hyper-parameters without numpy
+    import numpy as np
 
 POSITIVE, NEGATIVE = "hq", "lq"
 MIN_INPUT_FLOATS = 2**23  # bucket x dim: 32 MiB of float32, always fresh zeroed pages (see above)
@@ -177,6 +179,8 @@ class QualityScorer:
 def score_histogram(scores: Iterable[float]) -> np.ndarray:
     """How many scores fall in each of BINS equal bins over [0, 1] (1.0 in the last one):
     a shard's part of the reduce that finds a top-fraction cut, 512 KiB whatever its size."""
+    import numpy as np
+
     values = np.fromiter(scores, dtype=np.float64)
     bins = np.minimum(np.floor(values * BINS).astype(np.int64), BINS - 1)
     return np.bincount(bins, minlength=BINS)
@@ -186,6 +190,8 @@ def top_fraction_cut(histograms: Iterable[np.ndarray], fraction: float) -> float
     """The highest bin edge such that at least `fraction` of all documents score at or above
     it: `QualityThreshold(threshold=cut)` then keeps the top `fraction`, and a few more, the
     documents of the cut's bin tied with the last one needed (scores within 1/BINS)."""
+    import numpy as np
+
     if not 0 < fraction <= 1:
         raise AttrError(f"the top fraction of documents to keep must be above 0 and at most 1, got {fraction}")
     total = np.zeros(BINS, dtype=np.int64)
