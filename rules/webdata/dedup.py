@@ -164,11 +164,12 @@ class ShardSignatures:
     paragraph_counts: np.ndarray | None = None
 
     def save(self, directory: Path) -> None:
-        """Write the arrays as .npy files into `directory`: the same arrays, the same bytes."""
+        """Write the arrays as .npy files into `directory`, in C order (the reduce reads a band
+        where it lies): the same arrays, the same bytes."""
         directory.mkdir(parents=True, exist_ok=True)
         for name, array in self._files().items():
             if array is not None:
-                np.save(directory / name, array, allow_pickle=False)
+                np.save(directory / name, np.ascontiguousarray(array), allow_pickle=False)
 
     def _files(self) -> dict[str, np.ndarray | None]:
         return {
@@ -179,40 +180,55 @@ class ShardSignatures:
         }
 
 
+class _MinHasher:
+    """The MinHash signatures of a shard's documents, computed a batch of about BATCH_WORDS
+    words at a time, so memory is a batch's arrays and the signatures, whatever the shard."""
+
+    def __init__(self, fuzzy: FuzzyDedup):
+        self.fuzzy = fuzzy
+        self.functions = _hash_functions(fuzzy)
+        self.words = _WordHashes()
+        self.done: list[np.ndarray] = []
+        self.batch: list[np.ndarray] = []
+        self.batch_words = 0
+
+    def add(self, text: str) -> None:
+        self.batch.append(self.words.of(_WORD.findall(text.lower())))
+        self.batch_words += len(self.batch[-1])
+        if self.batch_words >= BATCH_WORDS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.batch:
+            self.done.append(_signatures(self.batch, self.fuzzy, self.functions))
+        self.batch, self.batch_words = [], 0
+
+    def signatures(self) -> np.ndarray:
+        """Every document's signature, band-major: (bands, documents, rows)."""
+        self._flush()
+        hashes = self.fuzzy.bands * self.fuzzy.rows
+        found = np.concatenate(self.done) if self.done else np.empty((0, hashes), np.uint32)
+        return found.reshape(len(found), self.fuzzy.bands, self.fuzzy.rows).transpose(1, 0, 2)
+
+
 def map_shard(documents: Iterable[Document], config: DedupConfig, out: Path) -> int:
     """Write the signatures of one shard's `documents` into the directory `out`; the number
-    of documents. Words are hashed a batch of about BATCH_WORDS at a time, so memory is a
-    batch's arrays and the shard's signatures, whatever the shard's size."""
+    of documents."""
     content: list[bytes] = []
-    batches: list[np.ndarray] = []
-    batch: list[np.ndarray] = []
-    batch_words = 0
     paragraph_hashes: list[bytes] = []
     paragraph_counts: list[int] = []
-    words = _WordHashes()
-    functions = _hash_functions(config.fuzzy) if config.fuzzy else None
+    minhasher = _MinHasher(config.fuzzy) if config.fuzzy else None
     for document in documents:
         content.append(_blake(document.text, 16))
         if config.paragraphs:
             found = paragraphs(document.text)
             paragraph_hashes += [_blake(paragraph, 8) for paragraph in found]
             paragraph_counts.append(len(found))
-        if config.fuzzy and functions:
-            batch.append(words.of(_WORD.findall(document.text.lower())))
-            batch_words += len(batch[-1])
-            if batch_words >= BATCH_WORDS:
-                batches.append(_signatures(batch, config.fuzzy, functions))
-                batch, batch_words = [], 0
-    minhash = None
-    if config.fuzzy and functions:
-        if batch:
-            batches.append(_signatures(batch, config.fuzzy, functions))
-        signatures = np.concatenate(batches) if batches else np.empty((0, len(functions[0])), np.uint32)
-        bands = signatures.reshape(len(content), config.fuzzy.bands, config.fuzzy.rows)
-        minhash = np.ascontiguousarray(bands.transpose(1, 0, 2))
+        if minhasher:
+            minhasher.add(document.text)
     ShardSignatures(
         content=np.frombuffer(b"".join(content), dtype="<u8").reshape(len(content), 2),
-        minhash=minhash,
+        minhash=minhasher.signatures() if minhasher else None,
         paragraphs=np.frombuffer(b"".join(paragraph_hashes), dtype="<u8") if config.paragraphs else None,
         paragraph_counts=np.array(paragraph_counts, dtype="<u4") if config.paragraphs else None,
     ).save(out)
