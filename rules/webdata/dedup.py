@@ -13,14 +13,15 @@ A global step in three phases, each a function here that a rule calls:
    content hash are one cluster (exact), and, band by band, documents whose band of
    `rows` values is equal are candidates, kept as near duplicates when their signatures
    agree on at least `threshold` of their values (the estimated Jaccard similarity of
-   their shingle sets). Clusters are the connected components, found by a union-find over
-   document positions held in numpy arrays; each band is one numpy sort, so memory is a
-   few arrays of one value per document (about 80 bytes a document: 1,000,000 documents
-   take 0.1 GB, docs/benchmarks.md), never all signatures, never a Python object per
-   document. A component's representative is its smallest position: the first document
-   by the stable order is the one kept. With paragraph dedup, the kept documents'
-   paragraphs then go through a Bloom filter (`rbloom`) in the same order, and every
-   paragraph seen before is marked. It writes one small decision file per shard.
+   their shingle sets). Clusters are the connected components, found by a union-find
+   over document positions held in numpy arrays. Each band is read from where it lies
+   in each file and sorted once, so memory is a few arrays of one value per document
+   (81 bytes a document: 1,000,000 documents peak at 131 MB of resident memory,
+   docs/benchmarks.md), never all signatures, never a Python object per document. A
+   component's representative is its smallest position: the first document by the
+   stable order is the one kept. With paragraph dedup, the kept documents' paragraphs
+   then go through a Bloom filter (`rbloom`) in the same order, and every paragraph seen
+   before is marked. It writes one small decision file per shard.
 3. `Deduplication.run`, once per shard: the shard's documents less the duplicates and
    the marked paragraphs, and every member of a cluster (kept or removed, with its
    cluster's id, the position of its first member) for the cluster files a researcher
@@ -28,9 +29,10 @@ A global step in three phases, each a function here that a rule calls:
 
 Choices, by measurement on the generated corpus (bench/dedup.py, docs/benchmarks.md):
 MinHash is numpy over a batch of documents, not `datasketch` (its per-document Python
-loop and SHA-1 per shingle are several times slower for the same signatures); the
-defaults (5-word shingles, 25 bands of 4 rows, threshold 0.6) find the generated near
-duplicates (2% of words edited: Jaccard 0.66-0.9 on 5-grams) while pages that share a few
+loop and SHA-1 per shingle take 4 times the CPU for the same precision and recall); the
+seen paragraphs are an `rbloom` Bloom filter (2% of a set's memory); the defaults
+(5-word shingles, 25 bands of 4 rows, threshold 0.6) find the generated near duplicates
+(2% of words edited: Jaccard 0.66-0.9 on 5-grams) while pages that share a few
 paragraphs (up to about 0.4) stay apart.
 
 Every hash here is a pure function of the text and the seed (BLAKE2b for words, paragraphs
@@ -440,14 +442,12 @@ def _duplicate_paragraphs(
     looked up in the filter and then added to it."""
     from rbloom import Bloom
 
-    shards = [
-        (np.load(d / PARAGRAPHS, mmap_mode="r"), np.load(d / PARAGRAPH_COUNTS), kept[offsets[i] : offsets[i + 1]])
-        for i, d in enumerate(maps)
-    ]
-    counts.paragraphs = sum(int(per_document[kept_here].sum()) for _, per_document, kept_here in shards)
+    per_shard = [(np.load(d / PARAGRAPH_COUNTS), kept[offsets[i] : offsets[i + 1]]) for i, d in enumerate(maps)]
+    counts.paragraphs = sum(int(per_document[kept_here].sum()) for per_document, kept_here in per_shard)
     seen = Bloom(max(counts.paragraphs, 1), paragraph_dedup.false_positive_rate)
     marked = []
-    for index, (hashes, per_document, kept_here) in enumerate(shards):
+    for index, (directory, (per_document, kept_here)) in enumerate(zip(maps, per_shard)):
+        hashes = np.load(directory / PARAGRAPHS)
         considered = np.repeat(kept_here, per_document)
         duplicate = np.zeros(len(hashes), dtype=bool)
         candidates = np.flatnonzero(considered)
@@ -486,7 +486,9 @@ class ClusterMember:
 
 @dataclass
 class Deduplication:
-    """One shard's documents less what `find_clusters` removed, and its counts."""
+    """One shard's documents less what `find_clusters` removed, and its counts. A kept
+    document that paragraph dedup leaves without a paragraph is dropped too (`emptied`),
+    though its cluster file names it kept: all of its text is in earlier documents."""
 
     decisions: ShardDecisions
     documents: int = 0
