@@ -201,6 +201,21 @@ def test_the_extraction_benchmark_scores_and_times_the_extractor_and_both_warc_r
     assert _positive(readers["fastwarc"]["records_per_cpu_s"]) and _positive(readers["warcio"]["records_per_cpu_s"])
 
 
+def test_the_dedup_benchmark_times_the_signatures_measures_the_reduce_and_the_bloom_filter(tmp_path) -> None:
+    args = ("--pages", "60", "--stdlib-modules", "0", "--repeat", "1", "--documents", "20000", "--paragraphs", "2000")
+    data = _run("dedup.py", tmp_path, *args, "--skip-datasketch")
+    signatures = data["signatures"]
+    assert set(signatures) == {"numpy"} and _positive(signatures["numpy"]["documents_per_cpu_s"]), signatures
+    assert 0 < signatures["numpy"]["precision"] <= 1 and 0 <= signatures["numpy"]["near_recall"] <= 1
+    assert [r["documents"] for r in data["reduce"]] == [2000, 20000]
+    for reduce in data["reduce"]:
+        assert _positive(reduce["peak_rss_bytes"]) and _positive(reduce["traced_peak_bytes"]), reduce
+        assert reduce["found_near_duplicates"] == reduce["documents"] // 10, reduce  # the synthetic copies
+    bloom = data["bloom"]
+    assert bloom["set"]["repeats"] == bloom["repeats_generated"] and 0 <= bloom["rbloom"]["false_positive_rate"] < 0.01
+    assert _positive(data["ratios"]["rbloom_to_set_bytes_per_item"])
+
+
 def _documented_runs() -> Iterator[tuple[str, str, str]]:
     """(where, script, arguments) of every benchmark command line of the docs."""
     for path in DOCS:
@@ -220,6 +235,7 @@ def test_every_benchmark_command_line_of_the_docs_parses(monkeypatch) -> None:
         "compile_cache",
         "train_overhead",
         "extract",
+        "dedup",
     }, runs
     for where, script, arguments in runs:
         module = importlib.import_module(script)

@@ -15,6 +15,7 @@ will hold. One bad line in a million is a fact to report, not a reason to lose t
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -69,6 +70,12 @@ class Skips:
 
     def to_json(self) -> dict[str, dict[str, object]]:
         return {reason: {"count": self.counts[reason], "first": self.first[reason]} for reason in sorted(self.counts)}
+
+
+def paragraphs(text: str) -> list[str]:
+    """The paragraphs of a text, what lies between blank lines, stripped (the filters' and the
+    paragraph dedup's unit: extraction separates blocks by blank lines)."""
+    return [paragraph.strip() for paragraph in re.split(r"\n\s*\n", text) if paragraph.strip()]
 
 
 def _document_from(line: bytes, default_id: str) -> Document | str:

@@ -1,12 +1,13 @@
 """Document filters, and the chain that runs them and counts what each removed.
 
-Each filter is a small frozen dataclass: its fields are its parameters, checked when it is
-made (a wrong name, type or range is an `AttrError` naming the valid ones, which the loader
-turns into an error at the BUILD line), and `apply` returns the document kept (rewritten,
-for the C4 rules, which drop lines) or the reason it is rejected, a short fixed phrase so
-that counts by reason stay readable. Filters are made from JSON-like specs,
-`{"name": "gopher_quality", "min_words": 100}`, by `make_filter`; `Filter.to_json` gives
-back every parameter, defaults included, which is what a step's key holds.
+Each filter is a small frozen dataclass of `parameters.Parameters`: its fields are its
+parameters, checked when it is made (a wrong name, type or range is an `AttrError` naming
+the valid ones, which the loader turns into an error at the BUILD line), and `apply`
+returns the document kept (rewritten, for the C4 rules, which drop lines) or the reason it
+is rejected, a short fixed phrase so that counts by reason stay readable. Filters are made
+from JSON-like specs, `{"name": "gopher_quality", "min_words": 100}`, by `make_filter`;
+`Filter.to_json` gives back every parameter, defaults included, which is what a step's key
+holds.
 
 Defaults follow the papers that published the rules, cited in each filter's docstring.
 Words are the whitespace-separated tokens of the text (the papers do not fix a
@@ -20,91 +21,36 @@ from __future__ import annotations
 import functools
 import re
 import string
-import typing
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from marinbuild.errors import did_you_mean
 from marinbuild.targets.attrs import AttrError, JsonValue
 from marinbuild.targets.context import StepFailed
-from rules.webdata.documents import Document
+from rules.webdata.documents import Document, paragraphs
+from rules.webdata.parameters import Parameters, fraction
 
 Verdict = Document | str  # the document kept, or why it was rejected
 
 
-class Filter(ABC):
+class Filter(Parameters, ABC):
     """A document filter; subclasses are frozen dataclasses whose fields are its parameters."""
 
     name: ClassVar[str]
+
+    @classmethod
+    def subject(cls) -> str:
+        return f"filter '{cls.name}'"
 
     @abstractmethod
     def apply(self, document: Document) -> Verdict:
         """The document kept (perhaps with its text rewritten), or the reason it is rejected."""
 
-    def problems(self) -> list[str]:
-        """What is wrong with the parameters' values (their types are checked before)."""
-        return []
-
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        wrong = []
-        for spec in fields(self):
-            value = _as_declared(hints[spec.name], getattr(self, spec.name))
-            if value is None:
-                wrong.append(f"'{spec.name}' must be {_describe(hints[spec.name])}, got {getattr(self, spec.name)!r}")
-            else:
-                object.__setattr__(self, spec.name, value)
-        wrong = wrong or self.problems()
-        if wrong:
-            raise AttrError(f"filter '{self.name}': " + "; ".join(wrong))
-
     def to_json(self) -> dict[str, JsonValue]:
-        """Every parameter, defaults included: the filter's part of a step's recipe."""
-        return {"name": self.name, **{spec.name: _json(getattr(self, spec.name)) for spec in fields(self)}}
-
-
-def _as_declared(hint: Any, value: Any) -> Any:
-    """`value` as the type `hint` declares (an int where a float is declared becomes a float,
-    a list a tuple), or None if it is not of that type."""
-    if hint is bool:
-        return value if isinstance(value, bool) else None
-    if hint is int:
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-    if hint is float:
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-    if hint is str:
-        return value if isinstance(value, str) else None
-    if typing.get_origin(hint) is tuple and isinstance(value, list | tuple):
-        arguments = typing.get_args(hint)
-        items = arguments[:1] * len(value) if arguments[-1] is Ellipsis else arguments
-        if len(items) != len(value):
-            return None
-        converted = tuple(_as_declared(item, element) for item, element in zip(items, value))
-        return None if any(element is None for element in converted) else converted
-    return None
-
-
-def _describe(hint: Any, plural: bool = False) -> str:
-    """How an error names the type `hint`: 'an int', 'a list of strings', 'a list of [int, number] pairs'."""
-    if typing.get_origin(hint) is tuple:
-        arguments = typing.get_args(hint)
-        if arguments[-1] is Ellipsis:
-            return f"a list of {_describe(arguments[0], plural=True)}"
-        pair = "[" + ", ".join(_describe(argument).split()[-1] for argument in arguments) + "]"
-        return f"{pair} pairs" if plural else pair
-    singular = {bool: "a bool", int: "an int", float: "a number", str: "a string"}[hint]
-    return singular.split()[-1] + "s" if plural else singular
-
-
-def _json(value: Any) -> JsonValue:
-    return [_json(item) for item in value] if isinstance(value, tuple) else value
-
-
-def _fraction(name: str, value: float) -> list[str]:
-    return [] if 0 <= value <= 1 else [f"'{name}' must be between 0 and 1, got {value}"]
+        return {"name": self.name, **super().to_json()}
 
 
 def _words(text: str) -> list[str]:
@@ -113,10 +59,6 @@ def _words(text: str) -> list[str]:
 
 def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.split("\n") if line.strip()]
-
-
-def _paragraphs(text: str) -> list[str]:
-    return [paragraph.strip() for paragraph in re.split(r"\n\s*\n", text) if paragraph.strip()]
 
 
 # -- Gopher quality ---------------------------------------------------------------------------
@@ -155,7 +97,7 @@ class GopherQuality(Filter):
         if not 0 <= self.min_mean_word_length <= self.max_mean_word_length:
             wrong.append("need 0 <= min_mean_word_length <= max_mean_word_length")
         for name in ("max_bullet_lines_ratio", "max_ellipsis_lines_ratio", "min_alpha_words_ratio"):
-            wrong += _fraction(name, getattr(self, name))
+            wrong += fraction(name, getattr(self, name))
         if self.max_symbol_word_ratio < 0 or self.min_stop_words < 0:
             wrong.append("max_symbol_word_ratio and min_stop_words must not be negative")
         return wrong
@@ -324,7 +266,7 @@ class GopherRepetition(Filter):
             "max_duplicate_line_characters",
             "max_duplicate_paragraph_characters",
         ):
-            wrong += _fraction(name, getattr(self, name))
+            wrong += fraction(name, getattr(self, name))
         for name in ("top_ngrams", "duplicate_ngrams"):
             for n, share in getattr(self, name):
                 if n < 1 or not 0 <= share <= 1:
@@ -334,7 +276,7 @@ class GopherRepetition(Filter):
     def apply(self, document: Document) -> Verdict:
         text = document.text
         for elements, kind, max_count, max_characters in (
-            (_paragraphs(text), "paragraph", self.max_duplicate_paragraphs, self.max_duplicate_paragraph_characters),
+            (paragraphs(text), "paragraph", self.max_duplicate_paragraphs, self.max_duplicate_paragraph_characters),
             (_lines(text), "line", self.max_duplicate_lines, self.max_duplicate_line_characters),
         ):
             count, characters = _duplicates(elements)
@@ -358,14 +300,14 @@ LABEL_PREFIX = "__label__"
 
 
 @functools.cache
-def _language_model(path: str) -> Any:
-    """The fastText model at `path`, loaded once per process."""
+def fasttext_model(path: str, role: str) -> Any:
+    """The fastText model at `path` (a `role` model: language, quality), loaded once per process."""
     import fasttext
 
     try:
         return fasttext.load_model(path)
     except ValueError as error:
-        raise StepFailed(f"cannot load the fastText language model {path}: {error}") from None
+        raise StepFailed(f"cannot load the fastText {role} model {path}: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -389,10 +331,10 @@ class Language(Filter):
         wrong = [] if self.model else ["'model' (the fastText model file) is required"]
         if not self.languages or not all(re.fullmatch(r"[A-Za-z_-]+", code) for code in self.languages):
             wrong.append(f"'languages' must be language codes such as 'en', got {list(self.languages)}")
-        return wrong + _fraction("threshold", self.threshold)
+        return wrong + fraction("threshold", self.threshold)
 
     def apply(self, document: Document) -> Verdict:
-        labels, scores = _language_model(self.model).predict(document.text.replace("\n", " "), k=1)
+        labels, scores = fasttext_model(self.model, "language").predict(document.text.replace("\n", " "), k=1)
         language, score = labels[0].removeprefix(LABEL_PREFIX), float(scores[0])
         if language not in self.languages:
             return "other language"
@@ -401,9 +343,37 @@ class Language(Filter):
         return replace(document, metadata={**document.metadata, "language": language, "language_score": score})
 
 
+# -- quality ------------------------------------------------------------------------------------
+
+QUALITY_SCORE = "quality_score"  # the metadata field quality.QualityScorer writes
+
+
+@dataclass(frozen=True)
+class QualityThreshold(Filter):
+    """Keeps documents whose quality score (the metadata `field`, written by the quality
+    classifier, `quality.QualityScorer`) is at least `threshold`. A top-quantile filter is
+    this filter at the cut `quality.top_fraction_cut` computes over every shard's scores.
+    """
+
+    name: ClassVar[str] = "quality_threshold"
+    threshold: float = 0.5
+    field: str = QUALITY_SCORE
+
+    def problems(self) -> list[str]:
+        return fraction("threshold", self.threshold) + ([] if self.field else ["'field' must not be empty"])
+
+    def apply(self, document: Document) -> Verdict:
+        score = document.metadata.get(self.field)
+        if not isinstance(score, int | float) or isinstance(score, bool):
+            return "no quality score"
+        return document if score >= self.threshold else "quality below threshold"
+
+
 # -- making filters, and the chain --------------------------------------------------------------
 
-FILTERS: dict[str, type[Filter]] = {cls.name: cls for cls in (GopherQuality, C4Quality, GopherRepetition, Language)}
+FILTERS: dict[str, type[Filter]] = {
+    cls.name: cls for cls in (GopherQuality, C4Quality, GopherRepetition, Language, QualityThreshold)
+}
 
 
 def make_filter(spec: Mapping[str, JsonValue]) -> Filter:
@@ -415,15 +385,7 @@ def make_filter(spec: Mapping[str, JsonValue]) -> Filter:
         raise AttrError(
             f"unknown filter '{name}': the filters are {', '.join(FILTERS)}", hint=did_you_mean(name, FILTERS)
         )
-    cls = FILTERS[name]
-    parameters = [spec_field.name for spec_field in fields(cls)]
-    unknown = [key for key in spec if key != "name" and key not in parameters]
-    if unknown:
-        raise AttrError(
-            f"filter '{name}' has no parameter '{unknown[0]}': its parameters are {', '.join(parameters)}",
-            hint=did_you_mean(unknown[0], parameters),
-        )
-    return cls(**{key: value for key, value in spec.items() if key != "name"})
+    return FILTERS[name].from_spec({key: value for key, value in spec.items() if key != "name"})
 
 
 @dataclass(frozen=True)
