@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import json
 import os
 import shutil
 import tempfile
@@ -336,7 +337,17 @@ class Session:
     ) -> None:
         """Written when the build starts and again when it ends (provenance/history.py).
         The provenance is the scheduler's, so git is asked about the workspace once per build."""
-        results = scheduler.result.results
+        result, order = scheduler.result, scheduler.graph.order
+        if list(result.results) == order:  # every target has its result, in the graph's order
+            targets = result.targets_json()
+        else:
+            results = result.results
+            targets = json.dumps(
+                [
+                    results[label].to_json() if label in results else {"label": label, "key": None, "status": "pending"}
+                    for label in order
+                ]
+            )
         record = {
             "id": scheduler.provenance.invocation_id,
             "command": command,
@@ -346,14 +357,10 @@ class Session:
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "duration_s": round(time.time() - started, 3),
             "result": outcome,
-            "counts": scheduler.result.counts,
-            "targets": [
-                results[label].to_json() if label in results else {"label": label, "key": None, "status": "pending"}
-                for label in scheduler.graph.order
-            ],
+            "counts": result.counts,
             **scheduler.provenance.invocation,
         }
-        self.cache.records.write_invocation(record, None if stream is None else stream.jsonl)
+        self.cache.records.write_invocation(record, None if stream is None else stream.jsonl, targets)
 
     def step_settings(self, sandbox: bool | None = None) -> StepSettings:
         """How this workspace's steps run (environment, sandbox, default timeout); `sandbox`

@@ -85,6 +85,17 @@ def test_json_output_has_one_line_per_target_whatever_the_reasons_say():
     assert len(lines) == 7
 
 
+def test_targets_json_is_made_again_when_a_result_changes():
+    """The text the invocation record and --json share is kept once made: a result replaced
+    since (a dry run's notes are added after it ran) must show in it."""
+    result = BuildResult([FIRST], {FIRST: TargetResult(FIRST, Status.WOULD_RUN, "k1")})
+    assert json.loads(result.targets_json())[0]["status"] == "would-run"
+    assert result.targets_json() is result.targets_json()  # kept, not made again
+    result.results[FIRST] = TargetResult(FIRST, Status.WOULD_RUN, "k1", reason="would resume from step 10")
+    assert json.loads(result.targets_json())[0]["reason"] == "would resume from step 10"
+    assert json.loads(result.to_json_text())["targets"] == json.loads(result.targets_json())
+
+
 def test_plain_build_prints_outputs_and_default_command_is_build(make_workspace):
     ws = make_workspace(chain_files())
     rc, out, err = run_cli(ws, "//pkg:third")  # no `build`: it is the default command
