@@ -39,7 +39,7 @@ from marinbuild.labels import matches_patterns, parse_label, parse_pattern
 from marinbuild.memo import Memo
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
 from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
-from marinbuild.packages.rule_modules import workspace_rules
+from marinbuild.packages.rule_modules import loading_code, workspace_rules
 from marinbuild.provenance import rerun
 from marinbuild.provenance.compare import Comparison
 from marinbuild.provenance.compare import compare as compare_runs
@@ -149,7 +149,8 @@ class Session:
     @cached_property
     def loader(self) -> PackageLoader:
         rules = workspace_rules(self.workspace)
-        memo = self._memo("packages.pickle", rules_fingerprint(rules))
+        code = {str(path): self.stat_cache.digest(path)[0] for path in loading_code(self.workspace)}
+        memo = self._memo("packages.pickle", rules_fingerprint(rules, code))
         return PackageLoader(self.workspace, rules, PackageCache(memo, self.workspace.root, self.stat_cache))
 
     @cached_property

@@ -8,6 +8,7 @@ checked), a miss is handed to the scheduler to run, or shown when the build is d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,7 @@ class Planner:
         self._ready = state.ready
         self._record = state.record
         self._downstream = state.downstream
+        self._code_digest = functools.partial(state.code_digest, stat_cache=cache.stat_cache)
         self._resolve = resolve
         self._checkpoints = checkpoints
         self._mirror_copies = mirror_copies
@@ -85,7 +87,7 @@ class Planner:
     def _key_ingredients(self, label: str) -> tuple[Target, Callable[[str], str], str, str | None, str | None]:
         """What a target's key and recipe are made of, once its inputs are known."""
         target = self.graph.targets[label]
-        code = keys.code_digest(target.rule) if self.options.strict_code else None
+        code = self._code_digest(target.rule) if self.options.strict_code else None
         return target, self._tokens.__getitem__, self.salt, self._external(label), code
 
     def recipe(self, label: str) -> dict[str, Any] | None:
@@ -107,7 +109,7 @@ class Planner:
             return None
         if lookup.outputs is not None:
             built_with = lookup.outputs.rule_code
-            code_changed = built_with is not None and built_with != keys.code_digest(target.rule)
+            code_changed = built_with is not None and built_with != self._code_digest(target.rule)
             self._record(TargetResult(label, Status.CACHED, key, lookup.outputs.directory, code_changed=code_changed))
             self._resolve(label, lookup.outputs)
             return None
