@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions import keys
 from marinbuild.actions.attempt import RunOutcome, StepRun
 from marinbuild.actions.build_options import BuildOptions, Hooks
 from marinbuild.actions.build_provenance import Provenance
