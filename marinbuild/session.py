@@ -30,7 +30,7 @@ from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
 from marinbuild.actions.pins import Pinned, Pins
-from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
+from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult, pending_json
 from marinbuild.actions.resume import resume_point
 from marinbuild.actions.scheduler import Scheduler
 from marinbuild.errors import AcceleratorMissing, EgressOverBudget, GraphError, StoreError, StoreReadOnly
@@ -341,6 +341,8 @@ class Session:
         result, order = scheduler.result, scheduler.graph.order
         if list(result.results) == order:  # every target has its result, in the graph's order
             targets = result.targets_json()
+        elif not result.results:  # the build starts
+            targets = pending_json(order)
         else:
             results = result.results
             targets = json.dumps(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import calendar
 import contextlib
 import enum
+import itertools
 import json
 import os
 import secrets
@@ -278,7 +279,7 @@ class ActionCache:
         remembered = self.memo.get(path)
         if remembered is not None and remembered[0] == signature:
             tree_digest, files, checksums, rule_code = remembered[1:]
-            manifest = Manifest(tuple(FileEntry(*item) for item in files))
+            manifest = Manifest(tuple(itertools.starmap(FileEntry, files)))
         else:
             parsed = self.read_entry(key)
             if isinstance(parsed, str):
@@ -287,10 +288,11 @@ class ActionCache:
             rule_code = parsed.provenance.get("rule_code")
             files = [(f.path, f.digest, f.size) for f in manifest.files]
             self.memo.put(path, (signature, tree_digest, files, checksums, rule_code))
-        problem = self.store.verify_outputs(layout.output(key), manifest, checksums)
+        output = layout.output(key)
+        problem = self.store.verify_outputs(output, manifest, checksums)
         if problem:
             return Lookup(None, problem)
-        return Lookup(Outputs(key, tree_digest, manifest, self.output_dir(key), rule_code))
+        return Lookup(Outputs(key, tree_digest, manifest, self.store.location(output), rule_code))
 
     def lookup_many(self, keys: list[str]) -> list[Lookup]:
         """Look keys up together: those the listing did not show concurrently on a remote
