@@ -29,6 +29,7 @@ from marinbuild.actions.events import EventStream, Tee
 from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
+from marinbuild.actions.keys import checkpoint_key
 from marinbuild.actions.pins import Pinned, Pins
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult, pending_json
 from marinbuild.actions.resume import resume_point
@@ -51,7 +52,7 @@ from marinbuild.query import QueryResult, Universe, run_query
 from marinbuild.store import ActionCache, AttemptStatus, Outputs
 from marinbuild.store.action_cache import ENTRY_FORMAT
 from marinbuild.store.mirrors import REGION_ENV, BucketRegions, MirrorHit, Mirrors, arrange, budget_line
-from marinbuild.targets.rule import Target
+from marinbuild.targets.rule import Target, checkpoint_dir, checkpoint_name
 
 if TYPE_CHECKING:
     from marinbuild.store.gcs import GCSStore
@@ -174,7 +175,7 @@ class Session:
 
     @cached_property
     def cache(self) -> ActionCache:
-        memo = self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}-checksums-code")
+        memo = self._memo("entries.pickle", f"entries-{ENTRY_FORMAT}-checksums-code-kept")
         cache = ActionCache(self.store, self.stat_cache, memo)
         if self._buckets[1]:
             cache.mirrors = Mirrors(cache, self._buckets[1], self._regions)
@@ -592,15 +593,57 @@ class Session:
         """The output directory of a built target whose recipe is current."""
         return self.cache.local_dir(self.current_output(pattern)[1])
 
-    def location(self, pattern: str) -> tuple[str, str | None]:
+    def location(self, pattern: str, step: int | None = None) -> tuple[str, str | None]:
         """Where the output of a built target is (`marinbuild where`): its directory here;
         for one built only in a mirror, its URL there (nothing is read or copied) and a
-        note saying where that is and what a build here would copy."""
+        note saying where that is and what a build here would copy. With `step`, the same
+        for the state it kept at that step, which is an entry of its own (and which the
+        note names for a target that keeps states, asked without a step)."""
         graph, result = self._current(pattern)
-        hit = self._mirror_only(result)
+        target, hit = graph.targets[result.label], self._mirror_only(result)
+        kept = (target.attrs[target.rule.keeps_checkpoints] or []) if target.rule.keeps_checkpoints else []
+        if step is not None:
+            return self._kept_location(graph, result, hit, kept, step)
         if hit is not None:
             return hit.output_url, f"{result.label} is {hit.elsewhere()}"
-        return str(self.cache.local_dir(self._verified_outputs(graph, result)[1])), None
+        note = None
+        if kept:
+            steps = ", ".join(str(at) for at in kept)
+            note = (
+                f"{result.label} keeps checkpoints at steps {steps}, each an entry of its own, not in this "
+                f"directory: 'marinbuild where --step {kept[0]} {result.label}'"
+            )
+        return str(self.cache.local_dir(self._verified_outputs(graph, result)[1])), note
+
+    def _kept_location(
+        self, graph: Graph, result: TargetResult, hit: MirrorHit | None, kept: list[int], step: int
+    ) -> tuple[str, str | None]:
+        """Where the state a built target kept at `step` is (`where --step`): its entry's
+        output; for an entry made before kept states left the output, in that output."""
+        target = graph.targets[result.label]
+        if step not in kept:
+            raise GraphError(
+                f"{result.label} keeps no checkpoint at step {step} (it keeps: {', '.join(map(str, kept)) or 'none'})",
+                location=target.location,
+            )
+        name = checkpoint_name(result.label, step)
+        keeper = self._verified_outputs(graph, result)[1] if hit is None else None  # built, as it is now
+        assert result.key is not None  # built, or in a mirror
+        key = checkpoint_key(result.key, step)
+        state = hit.kept_state(key) if hit is not None else None
+        if state is not None:
+            return state.output_url, f"{name} is {state.elsewhere()}"
+        outputs = self.cache.lookup(key).outputs
+        if outputs is not None:
+            return str(self.cache.local_dir(outputs)), None
+        if keeper is not None and any(
+            item.path.startswith(checkpoint_dir(step) + "/") for item in keeper.manifest.files
+        ):
+            return str(self.cache.local_dir(keeper) / checkpoint_dir(step)), None
+        raise StoreError(
+            f"{name} has no usable entry in the store {self.store.url}",
+            hint=f"'marinbuild build {result.label}' builds it again",
+        )
 
     def current_output(self, pattern: str) -> tuple[Target, Outputs]:
         """A target and its verified outputs, for its current recipe."""

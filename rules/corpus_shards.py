@@ -43,24 +43,26 @@ def check_corpus_attrs(attrs: Mapping[str, JsonValue]) -> None:
         raise ValueError(f"validation_fraction must be between 0 and 1 (exclusive), got {attrs['validation_fraction']}")
 
 
-class _ShardWriter:
-    """Writes one split's documents into numbered shards of about SHARD_BYTES each."""
+class ShardWriter:
+    """Writes one split's records, a JSON object a line, into numbered shards of about
+    `shard_bytes` each (`shard-00000.jsonl`, ...): the one writer of every data rule."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, shard_bytes: int = SHARD_BYTES):
         self.directory = directory
+        self.shard_bytes = shard_bytes
         directory.mkdir(parents=True)
         self.documents = 0
         self.shards = 0
         self._file: TextIO | None = None
         self._bytes = 0
 
-    def write(self, text: str) -> None:
-        if self._file is None or self._bytes >= SHARD_BYTES:
+    def write(self, record: Mapping[str, Any]) -> None:
+        if self._file is None or self._bytes >= self.shard_bytes:
             self.close()
             self._file = open(self.directory / f"shard-{self.shards:05d}.jsonl", "w", encoding="utf-8")
             self.shards += 1
             self._bytes = 0
-        line = json.dumps({"text": text}, ensure_ascii=False) + "\n"
+        line = json.dumps(record, ensure_ascii=False) + "\n"
         self._file.write(line)
         self._bytes += len(line.encode())
         self.documents += 1
@@ -90,7 +92,7 @@ def write_corpus(
     documents gives the same bytes, and downstream steps are cut off early.
     """
     fraction = Fraction(repr(validation_fraction))
-    writers = {split: _ShardWriter(out / split) for split in SPLITS}
+    writers = {split: ShardWriter(out / split) for split in SPLITS}
     count = 0
     try:
         for text in documents:
@@ -99,7 +101,7 @@ def write_corpus(
             if sample_count is not None and count >= sample_count:
                 break
             held_out = math.ceil((count + 1) * fraction) > math.ceil(count * fraction)
-            writers["validation" if held_out else "train"].write(text)
+            writers["validation" if held_out else "train"].write({"text": text})
             count += 1
             if count % PROGRESS_EVERY == 0:
                 progress(count, sample_count, "docs")

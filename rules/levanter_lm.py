@@ -439,7 +439,8 @@ class KeptStates:
     its step's metrics line is written (the line comes when the next step starts). While
     Levanter trains, a thread looks for complete states and publishes each at once, so that
     what reads it (`eval_lm(step = ...)`, a cooldown) can start before the run ends; the
-    same files go into the output, so both hold the same bytes.
+    same files go into the output too, from where marinbuild publishes a state it could
+    not publish yet, and which then leaves them out (it keeps each in its entry only).
     """
 
     def __init__(self, steps: Sequence[int], checkpoints: Path, metrics: Path, record: str, into: Path):

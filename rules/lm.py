@@ -219,8 +219,8 @@ train_lm = Rule(
             types.JSON,
             default=[],
             omit_default=True,
-            doc="Steps whose checkpoints the output keeps under checkpoints/step-<k>/, each with model.json and "
-            "the metrics up to it; each is readable (eval_lm(step = k), train_lm(init_step = k)) once written.",
+            doc="Steps whose checkpoints the run keeps, each an entry of its own with model.json and the "
+            "metrics up to it; each is readable (eval_lm(step = k), train_lm(init_step = k)) once written.",
         ),
         "init_from": Attr(
             types.OPTIONAL_LABEL,

@@ -199,6 +199,17 @@ def test_the_compilation_cache_benchmark_trains_without_with_a_cold_and_a_warm_c
     assert data["cache_bytes"] > 0
 
 
+def test_the_extraction_benchmark_scores_and_times_the_extractor_and_both_warc_readers(tmp_path) -> None:
+    args = ("--pages", "30", "--stdlib-modules", "0", "--repeat", "1", "--skip-trafilatura")
+    data = _run("extract.py", tmp_path, *args)
+    resiliparse = data["extractors"]["resiliparse"]
+    assert _positive(resiliparse["pages_per_cpu_s"]) and 0 < resiliparse["f1"] <= 1, resiliparse
+    assert data["pages"] > 0 and set(data["extractors"]) == {"resiliparse"}
+    readers = data["warc_readers"]
+    assert readers["fastwarc"]["records"] == readers["warcio"]["records"] == data["pages"] + data["kinds"]["malformed"]
+    assert _positive(readers["fastwarc"]["records_per_cpu_s"]) and _positive(readers["warcio"]["records_per_cpu_s"])
+
+
 def _documented_runs() -> Iterator[tuple[str, str, str]]:
     """(where, script, arguments) of every benchmark command line of the docs."""
     for path in DOCS:
@@ -217,6 +228,7 @@ def test_every_benchmark_command_line_of_the_docs_parses(monkeypatch) -> None:
         "query",
         "compile_cache",
         "train_overhead",
+        "extract",
     }, runs
     for where, script, arguments in runs:
         module = importlib.import_module(script)

@@ -15,8 +15,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import blake3
 import pytest
 from conftest import build_json, cli_command, cli_env, keys, parse_json_output, run_cli, statuses
+
+from marinbuild.store.manifest import Manifest
 
 RULES = """
 import shutil
@@ -34,7 +37,8 @@ def _count(ctx):
             state = ctx.tmp / f"step-{step}"
             state.mkdir()
             (state / "value.txt").write_text(f"{ctx.attrs['start'] + step}\\n")
-            ctx.publish_checkpoint(step, state)
+            if ctx.attrs["announce"]:
+                ctx.publish_checkpoint(step, state)
             shutil.copytree(state, ctx.out / checkpoint_dir(step))
     signal, deadline = ctx.attrs["wait_for"], time.monotonic() + 30
     while signal and not Path(signal).exists():
@@ -54,7 +58,25 @@ counter = Rule(
         "keep": Attr(types.JSON, default=[]),
         "start": Attr(types.INT, default=0),
         "wait_for": Attr(types.STRING, default="", identity=False),
+        # False: its kept states are only in its output, published from there when it ends.
+        "announce": Attr(types.BOOL, default=True, identity=False),
     },
+    keeps_checkpoints="keep",
+)
+
+
+def _forget(ctx):  # keeps a state it never publishes, or (stray) leaves what is none under checkpoints/
+    (ctx.out / "final.txt").write_text("done\\n")
+    if ctx.attrs["stray"]:
+        (ctx.out / checkpoint_dir(1)).mkdir(parents=True)
+        (ctx.out / checkpoint_dir(1) / "value.txt").write_text("1\\n")
+        (ctx.out / "checkpoints" / "notes.txt").write_text("not a state\\n")
+
+
+forgetful = Rule(
+    name="forgetful",
+    impl=_forget,
+    attrs={"keep": Attr(types.JSON, default=[1]), "stray": Attr(types.BOOL, default=False)},
     keeps_checkpoints="keep",
 )
 
@@ -109,14 +131,29 @@ def _show(ws: Path, what: str, store: str | None = None) -> dict:
     return json.loads(out)
 
 
-def _part(shown: dict, step: int) -> dict[str, str]:
-    """{path: digest} of a kept state inside the output of the step that kept it."""
-    prefix = f"checkpoints/step-{step}/"
-    return {item["path"][len(prefix) :]: item["blake3"] for item in shown["outputs"] if item["path"].startswith(prefix)}
-
-
 def _files(shown: dict) -> dict[str, str]:
     return {item["path"]: item["blake3"] for item in shown["outputs"]}
+
+
+def _value(text: str) -> dict[str, str]:
+    """The files of a kept state of the counter holding `text`."""
+    return {"value.txt": blake3.blake3(text.encode()).hexdigest()}
+
+
+def _stored_outputs(ws: Path, store: str | None, fake_gcs=None) -> list[str]:
+    """Every object under the store's out/, as `out/<kk>/<key>/<path>`."""
+    if store is None:
+        root = ws / "cache"
+        return sorted(path.relative_to(root).as_posix() for path in (root / "out").rglob("*") if path.is_file())
+    fs = fake_gcs.fs()
+    prefix = store.removeprefix("gs://") + "/"
+    return sorted(path.removeprefix(prefix) for path in fs.find(f"{prefix}out"))
+
+
+def _where(ws: Path, *args: str, store: str | None = None) -> tuple[Path, str]:
+    rc, out, err = run_cli(ws, "where", *args, store=store)
+    assert rc == 0, err
+    return Path(out.strip()), err
 
 
 @pytest.mark.parametrize("remote", [False, True], ids=["local", "gcs"])
@@ -128,15 +165,28 @@ def test_a_reader_of_a_kept_state_runs_while_the_step_keeping_it_runs(make_works
     assert "published its checkpoint at step 2" in built["stderr"]
 
     for label, value in (("//p:read2", "2\n"), ("//p:read_all", "5\n")):
-        rc, out, err = run_cli(ws, "where", label, store=store)
-        assert rc == 0 and (Path(out.strip()) / "read.txt").read_text() == value, err
-    # The kept state is an entry of its own, the same files as under checkpoints/step-2/ of
-    # the keeper's output, published by the keeper's running attempt.
+        assert (_where(ws, label, store=store)[0] / "read.txt").read_text() == value
+    # The kept state is an entry of its own, published by the keeper's running attempt; the
+    # keeper's output leaves it out (the rule put it under checkpoints/step-2/ too).
     count = _show(ws, "//p:count", store)
-    state = _show(ws, count["checkpoints"]["2"], store)
+    kept = count["checkpoints"]["2"]
+    state = _show(ws, kept, store)
     assert state["label"] == "//p:count at step 2" and state["recipe"]["attrs"] == {"of": count["key"], "step": 2}
-    assert _files(state) == _part(count, 2) == {"value.txt": _part(count, 2)["value.txt"]}
+    assert _files(state) == _value("2\n") and set(_files(count)) == {"final.txt"}
     assert state["provenance"]["attempt"] is not None
+    # Its bytes are in the store once: under the kept state's own key.
+    fake = request.getfixturevalue("fake_gcs_server") if remote else None
+    assert [path for path in _stored_outputs(ws, store, fake) if path.endswith("value.txt")] == [
+        f"out/{kept[:2]}/{kept}/value.txt"
+    ]
+    # `where --step` and `show` say where it lives; `where` of the keeper says it is elsewhere.
+    directory, _err = _where(ws, "--step", "2", "//p:count", store=store)
+    assert (directory / "value.txt").read_text() == "2\n"
+    assert count["checkpoint_outputs"] == {"2": state_dir(ws, store, kept)}
+    rc, out, err = run_cli(ws, "show", "//p:count", store=store)
+    assert rc == 0 and f"step 2  key {kept}  in {state_dir(ws, store, kept)}" in out, out + err
+    _directory, note = _where(ws, "//p:count", store=store)
+    assert "keeps checkpoints at steps 2, each an entry of its own" in note and "where --step 2 //p:count" in note
     # The reader's key holds the state's digest, and its record says where it came from.
     recorded = _show(ws, "//p:read2", store)["recipe"]["inputs"]["//p:count at step 2"]
     assert recorded["tree_digest"] == state["tree_digest"] and recorded["checkpoint_of"] == count["key"]
@@ -157,6 +207,11 @@ def test_a_reader_of_a_kept_state_runs_while_the_step_keeping_it_runs(make_works
     )
 
 
+def state_dir(ws: Path, store: str | None, key: str) -> str:
+    """Where the output of `key` lives in the store (`show`'s `checkpoint_outputs`)."""
+    return f"{store}/out/{key[:2]}/{key}" if store else str(ws / "cache" / "out" / key[:2] / key)
+
+
 def test_a_step_that_fails_after_keeping_a_state_leaves_the_same_bytes(make_workspace, tmp_path):
     ws = _workspace(make_workspace, tmp_path)
     (ws / "FAIL").touch()
@@ -168,7 +223,7 @@ def test_a_step_that_fails_after_keeping_a_state_leaves_the_same_bytes(make_work
     assert statuses(rebuilt) == {"//p:count": "built", "//p:read2": "cached", "//p:read_all": "built"}
     count = _show(ws, "//p:count")
     state = _show(ws, count["checkpoints"]["2"])  # published by the failed attempt
-    assert _files(state) == _part(count, 2)
+    assert _files(state) == _value("2\n") and set(_files(count)) == {"final.txt"}
 
     # Trained again in another store: the same state, so the reader's key is the same.
     twin = _workspace(make_workspace, tmp_path, "twin")
@@ -181,6 +236,10 @@ def test_what_reruns_when_the_keeper_or_the_reader_changes(make_workspace, tmp_p
     ws = _workspace(make_workspace, tmp_path)
     first = build_json(ws, "--jobs", "3", "//p:all")
     build = (ws / "p" / "BUILD.marin").read_text()
+    # Run again aside, the keeper writes its state into its output again: compared with the
+    # state's entry, as what it published under checkpoints/step-2/.
+    rc, out, err = run_cli(ws, "rerun", "--check", keys(first)["//p:count"])
+    assert rc == 0 and "matches the stored output" in out, out + err
 
     # Another reader leaves the keeper's key alone.
     (ws / "p" / "BUILD.marin").write_text(build + 'reader(name = "read4", src = ":count", step = 2)\n')
@@ -189,20 +248,136 @@ def test_what_reruns_when_the_keeper_or_the_reader_changes(make_workspace, tmp_p
     assert statuses(dry)["//p:count"] == "cached"
 
     # Keeping one more state is another recipe for the keeper, but the state at step 2 has
-    # the same bytes: its reader keeps its key and stays cached (early cutoff), where the
-    # reader of the whole output, which holds one more state, runs again.
+    # the same bytes: its reader keeps its key and stays cached (early cutoff). So does the
+    # reader of the whole output, which holds no kept state: the same bytes as before.
     (ws / "p" / "BUILD.marin").write_text(_build_file(tmp_path / "ws-read", keep="[2, 3]"))
     more = build_json(ws, "--jobs", "3", "//p:all")
-    assert statuses(more) == {"//p:count": "built", "//p:read2": "cached", "//p:read_all": "built"}
+    assert statuses(more) == {"//p:count": "built", "//p:read2": "cached", "//p:read_all": "cached"}
+    assert keys(more)["//p:count"] != keys(first)["//p:count"]
+    assert _show(ws, "//p:count")["tree_digest"] == _show(ws, keys(first)["//p:count"])["tree_digest"]
 
-    # A kept state whose entry is gone is published again from the keeper's output.
-    (ws / "p" / "BUILD.marin").write_text(build)
-    state = _show(ws, _show(ws, "//p:count")["checkpoints"]["2"])
-    entry = ws / "cache" / "ac" / state["key"][:2] / f"{state['key']}.json"
-    entry.unlink()
+
+QUIET = """
+counter(name = "quiet", steps = 4, keep = [1, 3], announce = False)
+reader(name = "read1", src = ":quiet", step = 1)
+"""
+
+
+def assert_published_when_it_ended(ws: Path, built: dict, store: str | None = None) -> None:
+    """What `QUIET` built: its kept states published by the keeper's attempt as it ended,
+    from its output, which holds them no more."""
+    assert statuses(built) == {"//p:quiet": "built", "//p:read1": "built"}, built["stderr"]
+    assert "published its checkpoint" not in built["stderr"]
+    quiet = _show(ws, "//p:quiet", store)
+    assert set(_files(quiet)) == {"final.txt"}
+    for step, value in (("1", "1\n"), ("3", "3\n")):
+        state = _show(ws, quiet["checkpoints"][step], store)
+        assert _files(state) == _value(value)
+        assert state["provenance"]["attempt"] == built["by_label"]["//p:quiet"]["attempt"]
+    assert (_where(ws, "//p:read1", store=store)[0] / "read.txt").read_text() == "1\n"
+
+
+def test_a_state_only_in_the_output_is_published_when_the_step_ends(make_workspace, tmp_path):
+    ws = _workspace(make_workspace, tmp_path)
+    (ws / "p" / "BUILD.marin").write_text(QUIET)
+    assert_published_when_it_ended(ws, build_json(ws, "//p:all"))
+
+
+@pytest.mark.parametrize(
+    ("stray", "error"),
+    [
+        (
+            False,
+            "it keeps a checkpoint at step 1, but published none (ctx.publish_checkpoint) and left none under "
+            "checkpoints/step-1/ of its output",
+        ),
+        (True, "checkpoints/notes.txt of the output is no state this step keeps (it keeps checkpoints/step-1/)"),
+    ],
+    ids=["state-missing", "stray-file"],
+)
+def test_a_step_that_leaves_a_kept_state_out_fails(make_workspace, tmp_path, stray, error):
+    """A kept state neither published nor in the output, or something else under
+    checkpoints/, fails the step: its readers are never left without the state."""
+    ws = _workspace(make_workspace, tmp_path)
+    (ws / "p" / "BUILD.marin").write_text(
+        f'forgetful(name = "f", stray = {stray})\nreader(name = "rf", src = ":f", step = 1)\n'
+    )
+    failed = build_json(ws, "//p:all", expect_rc=1)
+    assert statuses(failed) == {"//p:f": "failed", "//p:rf": "skipped"}
+    assert failed["by_label"]["//p:f"]["reason"] == error
+    assert not list((ws / "cache" / "ac").glob("*/*.json"))
+
+
+def _damage(ws: Path, store: str | None, fake_gcs, key: str, damage: str) -> None:
+    """Remove the entry of `key`, or corrupt it: on a local store its output's bytes (the
+    same size), on GCS, where a look-up trusts a self-verifying entry, the entry itself."""
+    if store is None:
+        if damage == "removed":
+            (ws / "cache" / "ac" / key[:2] / f"{key}.json").unlink()
+        else:
+            (ws / "cache" / "out" / key[:2] / key / "value.txt").write_text("9\n")
+        return
+    fs, root = fake_gcs.fs(), store.removeprefix("gs://")
+    if damage == "removed":
+        fs.rm(f"{root}/ac/{key[:2]}/{key}.json")
+    else:
+        fs.pipe_file(f"{root}/ac/{key[:2]}/{key}.json", b'{"key": "forged"}')
+
+
+@pytest.mark.parametrize("damage", ["removed", "corrupt"])
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "gcs"])
+def test_a_keeper_whose_kept_state_is_gone_or_corrupt_is_built_again(make_workspace, tmp_path, request, remote, damage):
+    """The kept state lives in its entry only: without it the keeper's entry is no hit, and
+    a build trains it again, publishing the state again; what reads it reads it right."""
+    store = f"gs://{request.getfixturevalue('gcs_bucket')}/team" if remote else None
+    fake = request.getfixturevalue("fake_gcs_server") if remote else None
+    ws = _workspace(make_workspace, tmp_path)
+    first = build_json(ws, "--jobs", "3", "//p:all", store=store)
+    kept = _show(ws, "//p:count", store)["checkpoints"]["2"]
+    _damage(ws, store, fake, kept, damage)
+
+    dry = build_json(ws, "--dry-run", "//p:all", store=store)
+    assert statuses(dry)["//p:count"] == "would-run"
+    assert f"the checkpoint it kept at step 2 ({kept[:12]})" in dry["by_label"]["//p:count"]["reason"]
+
+    again = build_json(ws, "--jobs", "3", "//p:all", store=store)
+    assert statuses(again) == {"//p:count": "built", "//p:read2": "cached", "//p:read_all": "cached"}
+    assert f"the checkpoint it kept at step 2 ({kept[:12]})" in again["stderr"] and "rebuilding it" in again["stderr"]
+    assert keys(again) == keys(first)
+    state = _show(ws, kept, store)
+    assert _files(state) == _value("2\n") and state["provenance"]["attempt"] is not None
+    assert (_where(ws, "--step", "2", "//p:count", store=store)[0] / "value.txt").read_text() == "2\n"
+    assert (_where(ws, "//p:read2", store=store)[0] / "read.txt").read_text() == "2\n"
+    assert set(statuses(build_json(ws, "//p:all", store=store)).values()) == {"cached"}
+
+
+def test_an_output_made_when_it_held_its_kept_states_has_them_published_from_it(make_workspace, tmp_path):
+    """Entries made before kept states left the output hold them under checkpoints/ and do
+    not name them: a state whose entry is gone is published again from that output."""
+    ws = _workspace(make_workspace, tmp_path)
+    build_json(ws, "--jobs", "3", "//p:all")
+    count = _show(ws, "//p:count")
+    kept = count["checkpoints"]["2"]
+    cache = ws / "cache"
+    # Made as such an entry was: the state's files in the keeper's output, no names, and
+    # (collected by a gc that did not know it) no entry of the state.
+    entry_file = cache / "ac" / count["key"][:2] / f"{count['key']}.json"
+    entry = json.loads(entry_file.read_text())
+    (cache / "out" / count["key"][:2] / count["key"] / "checkpoints" / "step-2").mkdir(parents=True)
+    (cache / "out" / count["key"][:2] / count["key"] / "checkpoints" / "step-2" / "value.txt").write_text("2\n")
+    entry["files"] = sorted(
+        [*entry["files"], {"path": "checkpoints/step-2/value.txt", "blake3": _value("2\n")["value.txt"], "size": 2}],
+        key=lambda item: item["path"],
+    )
+    entry["tree_digest"] = Manifest.from_json(entry["files"]).tree_digest
+    del entry["provenance"]["checkpoints"]
+    entry_file.write_text(json.dumps(entry))
+    (cache / "ac" / kept[:2] / f"{kept}.json").unlink()
+
     rebuilt = build_json(ws, "//p:read2")
     assert statuses(rebuilt) == {"//p:count": "cached", "//p:read2": "cached"}
-    assert entry.exists() and _show(ws, state["key"])["provenance"]["attempt"] is None
+    state = _show(ws, kept)
+    assert _files(state) == _value("2\n") and state["provenance"]["attempt"] is None
 
 
 @pytest.mark.parametrize(

@@ -181,8 +181,23 @@ def test_a_ray_host_publishes_a_kept_state_while_its_step_runs(make_workspace, r
     assert "published its checkpoint at step 2" in built["stderr"]
     rc, out, err = run_cli(ws, "show", "--json", "//p:count")
     assert rc == 0, err
-    state = json.loads(run_cli(ws, "show", "--json", json.loads(out)["checkpoints"]["2"])[1])
+    count = json.loads(out)
+    state = json.loads(run_cli(ws, "show", "--json", count["checkpoints"]["2"])[1])
     assert (
         state["label"] == "//p:count at step 2"
         and state["provenance"]["attempt"] == built["by_label"]["//p:count"]["attempt"]
     )
+    # Stored once, as a local run stores it: in its entry, not in the keeper's output.
+    assert [item["path"] for item in state["outputs"]] == ["value.txt"]
+    assert [item["path"] for item in count["outputs"]] == ["final.txt"]
+    assert sorted(path.name for path in (ws / "cache" / "out").rglob("value.txt")) == ["value.txt"]
+
+
+def test_a_ray_host_publishes_the_states_left_in_its_output_when_its_step_ends(
+    make_workspace, ray_cluster, tmp_path
+) -> None:
+    from test_kept_checkpoints import QUIET, _workspace, assert_published_when_it_ended
+
+    ws = _workspace(make_workspace, tmp_path)
+    (ws / "p" / "BUILD.marin").write_text(QUIET)
+    assert_published_when_it_ended(ws, build_json(ws, *_ray(ray_cluster, "//p:all")))

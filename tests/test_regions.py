@@ -21,6 +21,7 @@ from conftest import build_json, run_cli, statuses
 from test_gcs_store import bucket_problems
 from test_store_faults import FaultyProxy
 
+from marinbuild.actions.keys import checkpoint_key
 from marinbuild.store.mirrors import format_bytes
 
 BUILD = {
@@ -327,3 +328,58 @@ def test_read_commands_look_many_keys_up_in_a_mirror_with_one_listing(make_works
     assert [request for request in to_eu if "/mb/ac/" in unquote(request).split("?")[0]] == []
     assert any("prefix=mb/ac" in unquote(request) for request in to_eu), "the mirror was asked"
     assert len(to_eu) <= 3, to_eu
+
+
+KEEPER = 'counter(name = "count", steps = 4, keep = [2])\nreader(name = "read2", src = ":count", step = 2)\n'
+
+
+def _keeper_workspaces(make_workspace, regions) -> tuple:
+    """A keeper and the reader of its state at step 2 (tests/test_kept_checkpoints.py's
+    toy rules), built in the eu bucket; a workspace of the us builder, and the keys."""
+    from test_kept_checkpoints import RULES
+
+    files = {"toyrules.py": RULES, "p/BUILD.marin": KEEPER}
+    eu = make_workspace(files, config=f'rules = ["toyrules"]\nstore = "gs://{regions.eu}/mb"\n')
+    built = build_json(eu, "//p:all")
+    count = built["by_label"]["//p:count"]["key"]
+    us = make_workspace(files, config='rules = ["toyrules"]\n' + regions.config())
+    return us, count, checkpoint_key(count, 2)
+
+
+def test_a_keeper_copied_from_a_mirror_brings_its_kept_states_counted_in_the_egress(make_workspace, regions):
+    us, count, kept = _keeper_workspaces(make_workspace, regions)
+    # final.txt ("4\n") and the state's value.txt ("2\n"): one copy, two entries, 4 B.
+    rc, out, err = run_cli(us, "build", "--dry-run", "//p:all")
+    assert rc == 0, err
+    assert f"would-copy //p:count  (in gs://{regions.eu}/mb (europe-west4 → us-central2), 4 B" in out
+    assert "would-copy //p:read2" in out  # its key is made of the state the copy brings
+    assert out.splitlines()[-1] == (
+        "copying 3 entries from mirrors would move 6 B across regions, within this build's egress budget of 10.0 GB"
+    )
+
+    copied = build_json(us, "//p:all")
+    assert set(statuses(copied).values()) == {"cached"}
+    assert copied["by_label"]["//p:count"]["reason"].endswith(", 4 B")
+    entries = {path.rsplit("/", 1)[1].removesuffix(".json") for path in regions.objects(regions.us, "ac")}
+    assert entries >= {count, kept}
+    assert [path for path in regions.objects(regions.us, "out") if path.endswith("value.txt")] == [
+        f"{regions.us}/mb/out/{kept[:2]}/{kept}/value.txt"
+    ]
+    assert bucket_problems(regions.fs, f"{regions.us}/mb") == []
+    rc, out, err = run_cli(us, "cache", "stats")
+    assert rc == 0 and "copied from europe-west4 to us-central2: 3 entries, 6 bytes" in out, out + err
+
+    regions.proxy.requests.clear()
+    assert set(statuses(build_json(us, "//p:all")).values()) == {"cached"}
+    assert regions.requests_to(regions.eu) == []
+
+
+def test_a_keeper_whose_mirror_lacks_its_kept_state_is_built_here(make_workspace, regions):
+    us, count, kept = _keeper_workspaces(make_workspace, regions)
+    regions.fs.rm(f"{regions.eu}/mb/ac/{kept[:2]}/{kept}.json")
+
+    built = build_json(us, "//p:all")
+    assert statuses(built) == {"//p:count": "built", "//p:read2": "cached"}
+    assert f"names its checkpoint at step 2 ({kept[:12]}), which the mirror lacks; not copied" in built["stderr"]
+    assert built["by_label"]["//p:read2"]["reason"].startswith("copied from")  # the same state: the same key
+    assert bucket_problems(regions.fs, f"{regions.us}/mb") == []

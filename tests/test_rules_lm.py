@@ -218,12 +218,13 @@ def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
     assert keys(again)[f"{PKG}:model"] == keys(data)[f"{PKG}:model"]
     shown = json.loads(run_cli(uninterrupted, "show", "--json", f"{PKG}:model")[1])
     assert shown["tree_digest"] == json.loads(out)["tree_digest"]
-    # The checkpoint kept at step 9 before the kill holds what the finished run (and the
-    # uninterrupted one) keeps there: what read it early read the same bytes.
-    prefix = "checkpoints/step-9/"
-    part = {item["path"][len(prefix) :]: item["blake3"] for item in shown["outputs"] if item["path"].startswith(prefix)}
-    assert part and {item["path"]: item["blake3"] for item in kept["files"]} == part
+    # The checkpoint kept at step 9 before the kill holds what the uninterrupted run keeps
+    # there: what read it early read the same bytes.
     assert shown["checkpoints"]["9"] == kept["key"]
+    rc, out, err = run_cli(uninterrupted, "show", "--json", kept["key"])
+    assert rc == 0, err
+    theirs = {item["path"]: item["blake3"] for item in json.loads(out)["outputs"]}
+    assert theirs and {item["path"]: item["blake3"] for item in kept["files"]} == theirs
     # So a cooldown from step 9 of the killed run is the cooldown from step 9 of the
     # uninterrupted one: the same key, made of the same checkpoint's digest.
     cooldowns = [keys(build_json(where, "--dry-run", f"{PKG}:cooldown")) for where in (ws, uninterrupted)]

@@ -1,5 +1,5 @@
-"""Checkpoints as inputs with Levanter (issue #19, part 2): a run keeps checkpoints in its
-output, eval_lm evaluates one, train_lm continues from one with a schedule of its own (a
+"""Checkpoints as inputs with Levanter (issue #19, part 2): a run keeps checkpoints, each an
+entry of its own, eval_lm evaluates one, train_lm continues from one with a schedule of its own (a
 cooldown), and `wsd_cooldowns` of //rules:lm.star builds such a family from one stable
 run. Tiny, as tests/test_rules_lm.py: a 1-layer, d=32 Llama for 6 steps.
 
@@ -71,25 +71,26 @@ def test_cooldowns_from_a_stable_runs_checkpoint(tmp_path: Path) -> None:
     data = _build(ws, f"{PKG}:all")
     assert set(statuses(data).values()) == {"built"}, data["stderr"]
 
-    # The stable run keeps its checkpoint at step 3 in its output, with model.json and the
-    # metrics up to it, and as an entry of its own, published while it trained.
+    # The stable run keeps its checkpoint at step 3 as an entry of its own, with model.json
+    # and the metrics up to it, published while it trained, and stored there only.
     stable = _output(data, f"{PKG}:stable")
-    kept = stable / "checkpoints" / "step-3"
+    assert not (stable / "checkpoints").exists()
+    rc, out, err = run_cli(ws, "where", "--step", "3", f"{PKG}:stable")
+    assert rc == 0, err
+    kept = Path(out.strip())
     assert (kept / "checkpoint" / "metadata.json").is_file() and (kept / "model.json").is_file()
     assert [row["step"] for row in _rows(kept / "metrics.jsonl")] == [0, 1, 2, 3]
     shown = _show(ws, f"{PKG}:stable")
     state = _show(ws, shown["checkpoints"]["3"])
     assert state["label"] == f"{PKG}:stable at step 3" and state["provenance"]["attempt"] is not None
-    prefix = "checkpoints/step-3/"
-    part = {item["path"][len(prefix) :]: item["blake3"] for item in shown["outputs"] if item["path"].startswith(prefix)}
-    assert {item["path"]: item["blake3"] for item in state["outputs"]} == part
+    assert shown["checkpoint_outputs"]["3"] == str(kept)
 
     # Continued from step 3 with the stable run's own schedule, a run is the stable run:
     # the same weights, optimizer state, HF export and metrics, byte for byte.
     continued = _show(ws, f"{PKG}:continued")
     mine = {item["path"]: item["blake3"] for item in continued["outputs"]}
-    theirs = {item["path"]: item["blake3"] for item in shown["outputs"] if not item["path"].startswith("checkpoints/")}
-    assert mine == theirs
+    assert mine == {item["path"]: item["blake3"] for item in shown["outputs"]}
+    assert continued["tree_digest"] == shown["tree_digest"]
     assert continued["measured"]["continued_from_step"] == 3 and continued["measured"]["first_step_trained"] == 4
 
     # The cooldown's metrics start with the stable run's (its history), then its learning

@@ -89,7 +89,10 @@ class StepRun:
     `env` is the environment of its processes (`hermetic.step_environment`); `sandbox`
     runs them under bubblewrap, with only the staging directory, the scratch and the JAX
     compilation cache `env` names writable; `timeout_s` stops the run as `timed_out` once
-    it has run that long; `checkpoint` publishes the states it keeps as it reaches them."""
+    it has run that long; `checkpoint` publishes the states it keeps as it reaches them,
+    and `settle_kept`, given the output once the step ended, makes each an entry of its own
+    and leaves them out of the output (kept_states.settle_kept_states), so that they are
+    stored once however the step ran."""
 
     def __init__(
         self,
@@ -106,8 +109,10 @@ class StepRun:
         env: dict[str, str] | None = None,
         sandbox: bool = False,
         timeout_s: float | None = None,
+        settle_kept: Callable[[Path], None] | None = None,
     ):
         self.staging = staging
+        self.settle_kept = settle_kept
         self.timeout_s = timeout_s
         writable = [staging.root, *([scratch] if scratch is not None else [])]
         cache = compilation_cache(env) if sandbox else None
@@ -149,7 +154,8 @@ class StepRun:
 
     def run(self, body: Body, upload: Callable[[Manifest], Uploaded | None] | None = None) -> RunOutcome:
         """Run `body` and classify what happened. Outputs left in staging are hashed (a
-        symlink among them fails the step); `upload` then takes them (a Ray host's)."""
+        symlink among them fails the step), after `settle_kept` took the kept states out;
+        `upload` then takes them (a Ray host's)."""
         context = self.context
         context.log = step_logger(context.label, self.staging.log)
         timer = None
@@ -163,6 +169,8 @@ class StepRun:
         try:
             uploaded = body(context)
             if uploaded is None:
+                if self.settle_kept is not None:
+                    self.settle_kept(context.out)
                 manifest = hash_tree(context.out)
                 uploaded = upload(manifest) if upload is not None else None
         except WorkerLost as lost:

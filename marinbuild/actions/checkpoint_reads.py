@@ -3,8 +3,8 @@
 A target that reads another's kept state (`eval_lm(model = ":run", step = 2000)`) waits
 for that state, not for the whole step: it is resolved from its own entry as soon as the
 running step publishes it (`ctx.publish_checkpoint`; a worker thread announces it and
-wakes the coordinator), or found in the store, or taken from the output once the step
-that keeps it is done. Publishing one state as an entry is actions/kept_states.py's.
+wakes the coordinator), or found in the store, where the step that keeps it publishes
+it at the latest when it ends. Publishing one state as an entry is actions/kept_states.py's.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from marinbuild.actions import keys
 from marinbuild.actions.build_options import BuildOptions
 from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.build_state import BuildState, Planned
-from marinbuild.actions.graph import Checkpoint
-from marinbuild.actions.kept_states import publish_kept_state
+from marinbuild.actions.kept_states import kept_in_output, publish_kept_state
 from marinbuild.actions.results import Reporter, Status, TargetResult
 from marinbuild.store import ActionCache, Attempt, Outputs
-from marinbuild.store.manifest import FileEntry, Manifest
-from marinbuild.targets.rule import checkpoint_dir, checkpoint_name
+from marinbuild.store.mirrors import MirrorHit
+from marinbuild.targets.rule import checkpoint_name
 
 
 class CheckpointReads:
@@ -40,6 +39,7 @@ class CheckpointReads:
         provenance: Provenance,
         reporter: Reporter,
         resolve: Callable[[str, Outputs], None],
+        foreseen: dict[str, MirrorHit],
     ):
         self.graph = state.graph
         self.cache = cache
@@ -52,6 +52,7 @@ class CheckpointReads:
         self._record = state.record
         self._downstream = state.downstream
         self._resolve = resolve
+        self._foreseen = foreseen  # what a dry run found in mirrors (mirror_copies.py)
         # Kept states published by running steps, for the coordinator; `_wake` ends its wait.
         self._announced: list[tuple[str, Outputs]] = []
         self._wake: Future[None] = Future()
@@ -74,39 +75,35 @@ class CheckpointReads:
         return keys.checkpoint_key(self._keys[checkpoint.of], checkpoint.step)
 
     def resolve_from_output(self, name: str, outputs: Outputs) -> None:
-        """A kept state of a target whose output is known: its entry, else published from
-        that output (a step run where nothing relayed its states, or an entry collected
-        since). A dry run publishes nothing: the state's digest follows from the manifest."""
+        """A kept state of a target whose output is known: its entry (the target's entry is
+        a hit only with it), the one a dry run would copy with the target from a mirror, or
+        one published from an output made before kept states left it (kept_states.py)."""
         checkpoint = self.graph.checkpoints[name]
         key = self._checkpoint_key(name)
-        found = self.cache.lookup(key).outputs
-        if found is None:
-            prefix = checkpoint_dir(checkpoint.step) + "/"
-            part = Manifest(
-                tuple(
-                    FileEntry(item.path.removeprefix(prefix), item.digest, item.size)
-                    for item in outputs.manifest.files
-                    if item.path.startswith(prefix)
-                )
+        found = self.cache.lookup(key)
+        kept = (
+            found.outputs
+            or self._foreseen_kept(checkpoint.of, key)
+            or kept_in_output(
+                self.cache, checkpoint.of, checkpoint.step, outputs, self.provenance.invocation, self.options.dry_run
             )
-            if not part.files:
-                why = f"{checkpoint.of} published no checkpoint at step {checkpoint.step} in its output"
-                for dependent in self._downstream(name):
-                    self._record(TargetResult(dependent, Status.SKIPPED, reason=why))
-                return
-            if self.options.dry_run:
-                found = Outputs(key, part.tree_digest, part, outputs.directory)
-            else:
-                files = self.cache.local_dir(outputs) / checkpoint_dir(checkpoint.step)
-                found = self._publish_checkpoint(checkpoint, outputs.key, files)
-        self._resolve(name, found)
-
-    def _publish_checkpoint(
-        self, checkpoint: Checkpoint, of_key: str, files: Path, attempt: str | None = None
-    ) -> Outputs:
-        return publish_kept_state(
-            self.cache, checkpoint.of, of_key, checkpoint.step, files, attempt, self.provenance.invocation
         )
+        if kept is None:
+            why = (
+                f"{checkpoint.of} has no usable checkpoint at step {checkpoint.step} "
+                f"({found.problem or 'its entry is missing'}); build again to rebuild it"
+            )
+            for dependent in self._downstream(name):
+                self._record(TargetResult(dependent, Status.SKIPPED, reason=why))
+            return
+        self._resolve(name, kept)
+
+    def _foreseen_kept(self, of: str, key: str) -> Outputs | None:
+        """In a dry run, the kept state `key` that a build would copy from a mirror with
+        the target `of` keeping it (store/mirrors.py)."""
+        hit = self._foreseen.get(of) if self.options.dry_run else None
+        state = hit.kept_state(key) if hit is not None else None
+        return self.cache.mirrors.outputs(state) if state is not None and self.cache.mirrors is not None else None
 
     def kept_by_running(self, planned: Planned, attempt: Attempt, step: int, files: Path) -> None:
         """`ctx.publish_checkpoint` of a running step (on its worker thread): publish the
@@ -117,7 +114,9 @@ class CheckpointReads:
             self.reporter.warning(f"{label}: published a checkpoint at step {step}, which it does not keep; ignored")
             return
         try:
-            outputs = self._publish_checkpoint(Checkpoint(label, step), planned.key, files, attempt.attempt_id)
+            outputs = publish_kept_state(
+                self.cache, label, planned.key, step, files, attempt.attempt_id, self.provenance.invocation
+            )
         except Exception as error:  # noqa: BLE001 - it is published from the output when the step ends
             self.reporter.warning(f"{label}: could not publish its checkpoint at step {step} yet: {error}")
             return

@@ -123,8 +123,9 @@ class MirrorCopies:
         if len(crossing_hits) > 20:
             lines.append(f"... and {len(crossing_hits) - 20} more")
         already = f", after {format_bytes(self._egress_bytes)} copied" if self._egress_bytes else ""
+        entries = sum(hit.entries for _label, hit in crossing_hits)  # kept states are copied with their keeper
         return EgressOverBudget(
-            f"copying {len(crossing_hits)} entries from other regions would move {format_bytes(crossing)}{already}, "
+            f"copying {entries} entries from other regions would move {format_bytes(crossing)}{already}, "
             f"over this build's egress budget of {format_bytes(egress.budget_gb * 1e9)}; none of them was copied:\n    "
             + "\n    ".join(lines),
             location=self.graph.targets[crossing_hits[0][0]].location,

@@ -25,7 +25,7 @@ from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.build_state import BuildState, Planned
 from marinbuild.actions.executor import Executor, input_files
 from marinbuild.actions.hermetic import recorded_environment, step_environment
-from marinbuild.actions.kept_states import kept_keys
+from marinbuild.actions.kept_states import kept_keys, settler
 from marinbuild.actions.results import Reporter
 from marinbuild.actions.resume import resume_point
 from marinbuild.errors import OutputDamaged, StoreUnavailable
@@ -221,6 +221,9 @@ class AttemptRunner:
             env=self._environment(target.rule),
             sandbox=self.options.steps.sandbox,
             timeout_s=target.attrs["timeout"] or self.options.steps.timeout_s,
+            settle_kept=settler(self.cache, target, planned.key, attempt.attempt_id, self.provenance.invocation)
+            if publishes
+            else None,
         )
         lease.on_lost = lambda: run.stop(AttemptStatus.LEASE_LOST)
         if lease.lost:

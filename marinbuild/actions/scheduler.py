@@ -59,8 +59,10 @@ class Scheduler:
         self.provenance = Provenance(workspace)
         self.state = BuildState(graph, reporter)
         self.result = self.state.result
-        self.checkpoints = CheckpointReads(self.state, cache, options, self.provenance, reporter, self._resolve)
         self.mirror_copies = MirrorCopies(self.state, cache, options, reporter, self._resolve, self._foresee)
+        self.checkpoints = CheckpointReads(
+            self.state, cache, options, self.provenance, reporter, self._resolve, self.mirror_copies.foreseen
+        )
         self.planner = Planner(
             self.state, cache, salt, options, self.hooks, self._resolve, self.checkpoints, self.mirror_copies
         )

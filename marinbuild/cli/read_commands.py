@@ -16,12 +16,16 @@ from marinbuild.query import FORMATS, from_command_line
 
 @click.command()
 @click.argument("label")
+@click.option(
+    "--step", type=int, default=None, help="The directory of the checkpoint LABEL kept at this step (keep_checkpoints)."
+)
 @click.pass_context
 @handles_errors
-def where(ctx: click.Context, label: str) -> None:
+def where(ctx: click.Context, label: str, step: int | None) -> None:
     """Print the output directory of a built target (for one built only in a mirror in
-    another region: its URL there, and a note on stderr saying so)."""
-    location, note = open_session(ctx).location(label)
+    another region: its URL there, and a note on stderr saying so); with --step, that of
+    the checkpoint it kept at that step, an entry of its own."""
+    location, note = open_session(ctx).location(label, step)
     if note:
         click.echo(f"marinbuild: note: {note}", err=True)
     click.echo(location)

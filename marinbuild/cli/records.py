@@ -127,8 +127,11 @@ def show_lines(description: dict) -> list[str]:
         lines.append("  measured by the attempt that built it (not part of the output)")
         lines += [f"    {name}: {value}" for name, value in description["measured"].items()]
     if description.get("checkpoints"):
-        lines.append("  kept checkpoints (each an entry of its own: marinbuild show KEY)")
-        lines += [f"    step {step}  key {key}" for step, key in description["checkpoints"].items()]
+        lines.append("  kept checkpoints (each an entry of its own, not in the outputs above: marinbuild show KEY)")
+        lines += [
+            f"    step {step}  key {key}  in {description['checkpoint_outputs'][step]}"
+            for step, key in description["checkpoints"].items()
+        ]
     return lines
 
 

@@ -3,7 +3,8 @@
 The actor fetches the step's inputs from the shared store into this host's local cache,
 runs the rule in a worker process (`marinbuild.actions.worker`, as locally), and, on
 the first host of the step, publishes the states it keeps as it writes them (each an
-entry of its own, docs/checkpoints.md) and uploads the outputs under the key. It reports
+entry of its own, docs/checkpoints.md; those it could not are published when the step
+ends, and none stays in its output) and uploads the outputs under the key. It reports
 through `poll()`: new log text, progress, the kept states published, and the outcome, so
 the driver streams the log and progress while the step runs, and starts what reads a
 kept state before the step ends. The driver kills the actor when the step ends; its worker
@@ -12,6 +13,7 @@ process dies with it (it asks the kernel to), so a killed actor leaves nothing r
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -25,7 +27,7 @@ from marinbuild.actions.attempt import StepRun
 from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.executor import input_files, run_in_subprocess
 from marinbuild.actions.hermetic import step_environment
-from marinbuild.actions.kept_states import publish_kept_state
+from marinbuild.actions.kept_states import publish_kept_state, settle_kept_states
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
 from marinbuild.store import ActionCache, AttemptStatus, Outputs, StoreSpec, open_store
@@ -136,6 +138,7 @@ class StepHost:
             # The step's part of a multi-host run (JAX distributed, Megascale), before its
             # environment is taken from this host's.
             env = {**os.environ, **(request["distributed"] or {}).get("env", {})}
+            invocation = Provenance(Path(request["workspace"])).invocation  # who publishes kept states: this host
             run = StepRun(
                 request["label"],
                 request["key"],
@@ -146,9 +149,20 @@ class StepHost:
                 scratch,
                 request["distributed"],
                 self._report_progress,
-                self._publisher(cache, request) if request["uploads"] and request["keeps"] else None,
+                self._publisher(cache, request, invocation) if request["uploads"] and request["keeps"] else None,
                 env=step_environment(env, request["action_env"]),
                 sandbox=request["sandbox"],
+                settle_kept=functools.partial(
+                    settle_kept_states,
+                    cache,
+                    request["label"],
+                    request["key"],
+                    request["keeps"],
+                    attempt=request["attempt"],
+                    invocation=invocation,
+                )
+                if request["uploads"] and request["keeps"] is not None
+                else None,
             )
             upload = (
                 (lambda manifest: cache.upload(request["key"], staging.out, manifest)) if request["uploads"] else None
@@ -171,12 +185,13 @@ class StepHost:
         with self._lock:
             self._outcome = outcome
 
-    def _publisher(self, cache: ActionCache, request: dict[str, Any]) -> Callable[[int, Path], None]:
+    def _publisher(
+        self, cache: ActionCache, request: dict[str, Any], invocation: dict[str, Any]
+    ) -> Callable[[int, Path], None]:
         """`ctx.publish_checkpoint` on the first host: the state is published from here, where
         its files are, as a local run publishes it, and announced to the driver by `poll()`,
         which then starts what reads it. A state that cannot be published now is published
-        from the output when the step ends."""
-        invocation = Provenance(Path(request["workspace"])).invocation  # who published it: this host
+        from the output when the step ends (`settle_kept`, here too)."""
 
         def publish(step: int, directory: Path) -> None:
             if step not in request["keeps"]:  # the driver warns of it, and publishes nothing

@@ -28,8 +28,8 @@ from marinbuild.errors import Location, StoreError
 from marinbuild.labels import parse_label
 from marinbuild.provenance.attempts import key_attempts
 from marinbuild.store import ActionCache, CacheEntry
-from marinbuild.store.manifest import Manifest, hash_tree
-from marinbuild.targets.rule import Rule, Target
+from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
+from marinbuild.targets.rule import Rule, Target, checkpoint_dir
 
 
 @dataclass(frozen=True)
@@ -208,8 +208,27 @@ def check_outputs(cache: ActionCache, rule: Rule, key: str, side: Path) -> Check
     entry = cache.read_entry(key)
     label = entry.label if isinstance(entry, CacheEntry) else "?"
     if rule.check_metrics is None:
-        return CheckReport(key, label, side, "bytes", compare_bytes(outputs.manifest, hash_tree(side)))
+        published = _with_kept_states(cache, outputs.manifest, entry)
+        return CheckReport(key, label, side, "bytes", compare_bytes(published, hash_tree(side)))
     recorded = read_metrics(cache.local_dir(outputs), rule)
     return CheckReport(
         key, label, side, "metrics", compare_metrics(recorded, read_metrics(side, rule), rule.check_metrics)
     )
+
+
+def _with_kept_states(cache: ActionCache, manifest: Manifest, entry: CacheEntry | str) -> Manifest:
+    """What the step wrote into its output: its published files and, under
+    `checkpoint_dir(step)`, each state it kept, which lives in its own entry (a run aside
+    publishes nothing, so its output still holds them; actions/kept_states.py)."""
+    if not isinstance(entry, CacheEntry):
+        return manifest
+    files = list(manifest.files)
+    for step, key in entry.provenance.get("checkpoints", {}).items():
+        kept = cache.lookup(key).outputs
+        if kept is None:
+            raise StoreError(
+                f"the checkpoint {short(key)} of {short(entry.key)} at step {step} has no usable entry to compare with"
+            )
+        prefix = checkpoint_dir(int(step))
+        files += [FileEntry(f"{prefix}/{item.path}", item.digest, item.size) for item in kept.manifest.files]
+    return Manifest(tuple(files))

@@ -60,6 +60,12 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
     recipe = entry.recipe
     rule = rules.get(recipe["rule"])
     kept = record.get("attrs", {}).get(rule.keeps_checkpoints) if rule and rule.keeps_checkpoints else None
+    kept_entries = {str(step): checkpoint_key(key, step) for step in kept or ()}
+    # Where each lives: its entry's output (in the mirror, for an entry only there).
+    kept_at = {
+        step: hit.mirror.location(layout.output(state)) if hit is not None else cache.output_dir(state)
+        for step, state in kept_entries.items()
+    }
     return {
         "key": entry.key,
         "label": entry.label,
@@ -78,8 +84,8 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
         "total_bytes": entry.manifest.total_bytes,
         # An entry only in a mirror: its outputs are not read across regions (nor its metrics).
         "metrics": read_metrics(cache, entry, rule) if hit is None else {},
-        # The states it kept, each also an entry of its own, which `show KEY` describes.
-        **({"checkpoints": {str(step): checkpoint_key(key, step) for step in kept}} if kept else {}),
+        # The states it kept, each an entry of its own (`show KEY` describes one), by step.
+        **({"checkpoints": kept_entries, "checkpoint_outputs": kept_at} if kept else {}),
         # What the attempt that made the output measured (`ctx.measure`): not part of it.
         "measured": record.get("measured", {}),
         # Where the entry came from if it was copied from a mirror in another region

@@ -270,6 +270,12 @@ class ActionCache:
             self._listed = self.store.signatures("ac")
 
     def lookup(self, key: str) -> Lookup:
+        """The verified outputs of `key`. An entry naming the states its step kept (its
+        provenance's `checkpoints`, by step) is whole only with their entries: those hold
+        the kept states' bytes, which its own output leaves out (docs/checkpoints.md)."""
+        return self._lookup(key, whole=True)
+
+    def _lookup(self, key: str, whole: bool) -> Lookup:
         path = layout.entry(key)
         signature = self._listed.get(path) if self._listed is not None else None
         if signature is None:
@@ -278,7 +284,7 @@ class ActionCache:
             return Lookup(None)
         remembered = self.memo.get(path)
         if remembered is not None and remembered[0] == signature:
-            tree_digest, files, checksums, rule_code = remembered[1:]
+            tree_digest, files, checksums, rule_code, kept = remembered[1:]
             manifest = Manifest(tuple(itertools.starmap(FileEntry, files)))
         else:
             parsed = self.read_entry(key)
@@ -286,13 +292,26 @@ class ActionCache:
                 return Lookup(None, parsed)
             tree_digest, manifest, checksums = parsed.tree_digest, parsed.manifest, parsed.checksums
             rule_code = parsed.provenance.get("rule_code")
+            kept = parsed.provenance.get("checkpoints", {})
             files = [(f.path, f.digest, f.size) for f in manifest.files]
-            self.memo.put(path, (signature, tree_digest, files, checksums, rule_code))
+            self.memo.put(path, (signature, tree_digest, files, checksums, rule_code, kept))
         output = layout.output(key)
         problem = self.store.verify_outputs(output, manifest, checksums)
+        if not problem and whole:
+            problem = self._kept_problem(kept)
         if problem:
             return Lookup(None, problem)
         return Lookup(Outputs(key, tree_digest, manifest, self.store.location(output), rule_code))
+
+    def _kept_problem(self, kept: dict[str, str]) -> str | None:
+        """Why the entries of the states an entry names as kept are not all usable (None
+        if they are). Their own names are not followed: a kept state keeps nothing."""
+        for step, key in kept.items():
+            found = self._lookup(key, whole=False)
+            if found.outputs is None:
+                why = f"cannot be used: {found.problem}" if found.problem else "has no entry"
+                return f"the checkpoint it kept at step {step} ({key[:12]}) {why}"
+        return None
 
     def lookup_many(self, keys: list[str]) -> list[Lookup]:
         """Look keys up together: those the listing did not show concurrently on a remote

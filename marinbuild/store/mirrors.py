@@ -81,6 +81,10 @@ class MirrorHit:
     stored: dict[str, ObjectStat]
     source_region: str
     region: str  # the local bucket's
+    # The entries of the states this one's step kept (its provenance's `checkpoints`) that
+    # the local bucket lacks, verified in the same mirror: the entry is whole only with
+    # them (ActionCache.lookup), so they are copied with it, and counted in its bytes.
+    kept: tuple[MirrorHit, ...] = ()
 
     @property
     def source(self) -> str:
@@ -88,7 +92,16 @@ class MirrorHit:
 
     @property
     def bytes(self) -> int:
-        return self.entry.manifest.total_bytes
+        return self.entry.manifest.total_bytes + sum(state.bytes for state in self.kept)
+
+    @property
+    def entries(self) -> int:
+        """How many entries copying it creates: its own and its kept states'."""
+        return 1 + len(self.kept)
+
+    def kept_state(self, key: str) -> MirrorHit | None:
+        """The hit of the kept state `key` copied with this one (None if it is not)."""
+        return next((state for state in self.kept if state.key == key), None)
 
     @property
     def crosses_regions(self) -> bool:
@@ -133,7 +146,8 @@ def budget_line(hits: Sequence[MirrorHit], budget_gb: float, allowed: bool, sett
         return None
     crossing = [hit for hit in hits if hit.crosses_regions]
     total = sum(hit.bytes for hit in crossing)
-    copies = f"copying {len(hits)} entries from mirrors would move {format_bytes(total)} across regions"
+    entries = sum(hit.entries for hit in hits)
+    copies = f"copying {entries} entries from mirrors would move {format_bytes(total)} across regions"
     budget = f"this build's egress budget of {format_bytes(budget_gb * 1e9)}"
     if allowed:
         return f"{copies} (--allow-egress: {budget} does not apply)"
@@ -285,9 +299,11 @@ class Mirrors:
         self._found.update((key, hits.get(key)) for key in asked)
         return hits, problems
 
-    def _verified(self, mirror: GCSStore, key: str) -> MirrorHit | str | None:
+    def _verified(self, mirror: GCSStore, key: str, whole: bool = True) -> MirrorHit | str | None:
         """The entry of `key` in `mirror` if it verifies there, what is wrong with it, or
-        None if the mirror has none. Two requests: the entry, and a listing of its outputs."""
+        None if the mirror has none. Two requests: the entry, and a listing of its outputs;
+        and as many for each state it names as kept that the local bucket lacks (`whole`;
+        a kept state's own names are not followed: it keeps nothing)."""
         data = mirror.read_bytes(layout.entry(key))
         if data is None:
             return None
@@ -299,7 +315,20 @@ class Mirrors:
         problem = _files_problem(entry, stored, recorded)
         if problem is not None:
             return f"the entry of {key[:12]} in {mirror.url} does not match its files: {problem}"
-        return MirrorHit(key, entry, data, mirror, stored, self.regions.of(mirror), self.regions.of(self.local))
+        kept: list[MirrorHit] = []
+        for step, state in (entry.provenance.get("checkpoints", {}) if whole else {}).items():
+            if self.cache.lookup(state).outputs is not None:
+                continue  # here already
+            found = self._verified(mirror, state, whole=False)
+            if not isinstance(found, MirrorHit):
+                return (
+                    f"the entry of {key[:12]} in {mirror.url} names its checkpoint at step {step} ({state[:12]}), "
+                    + (found or "which the mirror lacks")
+                )
+            kept.append(found)
+        return MirrorHit(
+            key, entry, data, mirror, stored, self.regions.of(mirror), self.regions.of(self.local), tuple(kept)
+        )
 
     def outputs(self, hit: MirrorHit) -> Outputs:
         """A hit's outputs as they will be once copied: dependents' keys are made of them
@@ -317,7 +346,10 @@ class Mirrors:
         """Copy a verified entry into the local bucket as a publication: under the key's
         lease, outputs first (rewritten by GCS, listed back, compared), the entry last,
         create-only; then where it came from. The local entry is looked up again before
-        anything moves: another builder may have copied or built it meanwhile."""
+        anything moves: another builder may have copied or built it meanwhile. The states
+        it kept are copied first, each the same way: its entry is whole only with them."""
+        for state in hit.kept:
+            self.copy(state)
         cache, local, key = self.cache, self.local, hit.key
         with cache.lease(key):
             found = cache.lookup(key)
@@ -326,7 +358,7 @@ class Mirrors:
             out = layout.output(key)
             paths = {f"{out}/{item.path}": f"{out}/{item.path}" for item in hit.entry.manifest.files}
             try:
-                local.rewrite_from(hit.mirror, paths, hit.bytes)
+                local.rewrite_from(hit.mirror, paths, hit.entry.manifest.total_bytes)
             except FileNotFoundError as gone:
                 problem: str | None = f"{gone} vanished from the mirror during the copy"
             else:
@@ -347,7 +379,7 @@ class Mirrors:
                     "from_region": hit.source_region,
                     "to": local.url,
                     "to_region": hit.region,
-                    "bytes": hit.bytes,
+                    "bytes": hit.entry.manifest.total_bytes,  # its kept states have records of their own
                     "copied": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "by": f"{getpass.getuser()}@{socket.gethostname()}",
                 }

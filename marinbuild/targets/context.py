@@ -179,12 +179,12 @@ class Context:
     def publish_checkpoint(self, step: int, directory: Path) -> None:
         """Publish the state this step kept at `step` (a step its rule's `keeps_checkpoints`
         attribute lists) now, while the step goes on: the files of `directory`, laid out as
-        they will be in the output under `checkpoint_dir(step)`. Targets that read that
-        state (`StepInput`) can then start before this step ends. `directory` must stay as it
-        is until the step ends (the builder may copy it later). On a Ray cluster the step's
-        first host publishes it and tells the driver. Where nothing relays it (a run aside,
-        `rerun --check`), or it could not be published yet, it is published from the output
-        when the step ends, with the same bytes."""
+        the step also puts them under `checkpoint_dir(step)` of its output. Targets that
+        read that state (`StepInput`) can then start before this step ends. On a Ray
+        cluster the step's first host publishes it and tells the driver. Where it could not
+        be published yet, it is published from the output when the step ends, with the same
+        bytes; either way it then leaves the output, and lives in its entry only. (A run
+        aside, `rerun --check`, publishes nothing: its output keeps them, to be compared.)"""
         if self.checkpoint_fn is not None:
             self.checkpoint_fn(step, directory)
 

@@ -150,7 +150,8 @@ class StepInput:
     check: Callable[[Mapping[str, JsonValue], Mapping[str, JsonValue]], None] | None = None
 
 
-# Where a kept state lies in the output of the target that keeps it.
+# Where the implementation of a target that keeps states puts each, in its output; taken
+# out of it when the step ends, each published as an entry of its own (kept_states.py).
 CHECKPOINTS_DIR = "checkpoints"
 
 
@@ -216,8 +217,11 @@ class Rule:
     # For a rule whose steps pass through states worth keeping (train_lm's checkpoints): the
     # attribute listing the steps a target keeps. Each kept state is its own entry, under a
     # key derived from the target's key and the step (`keys.checkpoint_recipe`), published
-    # as soon as the running step reaches it (`ctx.publish_checkpoint`), and is also in the
-    # output, under `checkpoint_dir(step)`: other targets read it by `step_inputs`.
+    # as soon as the running step reaches it (`ctx.publish_checkpoint`). The implementation
+    # also puts its files under `checkpoint_dir(step)` of the output: when the step ends, a
+    # state not yet published is published from there, and `checkpoints/` is left out of
+    # the output, so a kept state is stored once, in its entry. Other targets read it by
+    # `step_inputs`.
     keeps_checkpoints: str | None = None
     # Label attributes that, with a step attribute set, read one kept state of the target
     # they name instead of its whole output: `eval_lm(model = ":run", step = 2000)`.
