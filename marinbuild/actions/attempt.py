@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from marinbuild.store import AttemptStatus, Staging, Uploaded
 from marinbuild.store.manifest import Manifest, OutputError, hash_tree
 from marinbuild.targets.attrs import JsonValue
 from marinbuild.targets.context import CheckpointFn, ChildProcesses, Context, InputFiles, ProgressFn, StepFailed
+from marinbuild.targets.shards import ShardFn
 
 _MARINBUILD_SOURCE = Path(__file__).resolve().parents[2]  # what holds marinbuild/ (this is actions/attempt.py)
 
@@ -64,6 +66,7 @@ class RunOutcome:
     manifest: Manifest | None = None
     uploaded: Uploaded | None = None
     measured: dict[str, JsonValue] = field(default_factory=dict)
+    shards: tuple[str, ...] = ()  # the keys of the units a sharded step mapped (`ctx.map_shards`)
 
     @property
     def succeeded(self) -> bool:
@@ -92,7 +95,8 @@ class StepRun:
     it has run that long; `checkpoint` publishes the states it keeps as it reaches them,
     and `settle_kept`, given the output once the step ended, makes each an entry of its own
     and leaves them out of the output (kept_states.settle_kept_states), so that they are
-    stored once however the step ran."""
+    stored once however the step ran; `shards` runs the units of a sharded step
+    (actions/shards.py)."""
 
     def __init__(
         self,
@@ -106,6 +110,7 @@ class StepRun:
         distributed: dict[str, Any] | None = None,
         progress: ProgressFn | None = None,
         checkpoint: CheckpointFn | None = None,
+        shards: ShardFn | None = None,
         env: dict[str, str] | None = None,
         sandbox: bool = False,
         timeout_s: float | None = None,
@@ -137,6 +142,7 @@ class StepRun:
             distributed=distributed,
             progress_fn=progress,
             checkpoint_fn=checkpoint,
+            shard_fn=shards,
             processes=ChildProcesses(env, sandbox_command(readable, writable) if sandbox else None),
         )
         self._lock = threading.Lock()
@@ -151,6 +157,12 @@ class StepRun:
                 self._stopped_as = status
         self._stopped.set()
         self.context.processes.stop()
+
+    @property
+    def stopped_as(self) -> AttemptStatus | None:
+        """Why the run was stopped from outside, if it was."""
+        with self._lock:
+            return self._stopped_as
 
     def run(self, body: Body, upload: Callable[[Manifest], Uploaded | None] | None = None) -> RunOutcome:
         """Run `body` and classify what happened. Outputs left in staging are hashed (a
@@ -187,6 +199,7 @@ class StepRun:
                 timer.cancel()
             close_logger(context.log)
         measured = dict(context.measured)
+        shards = tuple(context.shard_keys)
         stopped_as = self._stop_reason(error is not None and exit_status is not None and exit_status < 0)
         # A lost lease voids even a success (another builder owns the key now); an
         # interrupted or timed-out run publishes what finished before it was stopped.
@@ -196,10 +209,17 @@ class StepRun:
             return RunOutcome(stopped_as, message + because, exit_status, measured=measured)
         if error is not None:
             return RunOutcome(AttemptStatus.FAILED, error, exit_status, retry_as, measured=measured)
-        return RunOutcome(AttemptStatus.SUCCEEDED, manifest=manifest, uploaded=uploaded, measured=measured)
+        return RunOutcome(
+            AttemptStatus.SUCCEEDED, manifest=manifest, uploaded=uploaded, measured=measured, shards=shards
+        )
 
     def _stop_reason(self, killed_by_signal: bool) -> AttemptStatus | None:
         if killed_by_signal:
             self._stopped.wait(_SIGNAL_GRACE_S)
         with self._lock:
             return self._stopped_as
+
+
+def utc_now() -> str:
+    """The time an attempt starts or ends, as its record says it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -15,12 +15,14 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from marinbuild.actions.attempt import WorkerLost
 from marinbuild.store import ActionCache, Outputs, Uploaded
+from marinbuild.store.manifest import FileEntry
 from marinbuild.targets.context import Context, InputFiles, StepFailed
-from marinbuild.targets.rule import Execution, Target
+from marinbuild.targets.rule import Execution, Resources, Target
 
 # What a step reads: a workspace source file, or a dependency's published outputs.
 Dependencies = Mapping[str, "Path | Outputs"]
@@ -37,8 +39,32 @@ class Executor(abc.ABC):
         worker, or None when they are in `context.out`. Raises StepFailed when the step
         failed, WorkerLost when its worker died."""
 
+    def run_unit(self, target: Target, impl: str, context: Context, inputs: Mapping[str, UnitInput]) -> Uploaded | None:
+        """Run one unit (`impl` over `inputs`) of the sharded step `target` (actions/shards.py):
+        here, in a worker process. Returns outputs already uploaded under the unit's key, or
+        None when they are in `context.out`; raises as `run` does."""
+        run_in_subprocess(impl, context)
+        return None
+
+    def unit_slots(self, resources: Resources) -> int:
+        """How many units of a sharded step asking for `resources` run at once: here, one
+        per CPU it asks for (the scheduler reserved them for it)."""
+        return max(1, int(resources.cpu))
+
     def close(self) -> None:
         """Release what the executor holds (a cluster connection)."""
+
+
+@dataclass(frozen=True)
+class UnitInput:
+    """A file a shard unit reads: `path` on this machine, and `entry` (its digest and
+    size) with where a host elsewhere finds it in the store — the file `entry.path` of
+    the output of `key`, or, where `key` is None (a file the step made itself), the
+    store's blob of its digest."""
+
+    path: Path
+    entry: FileEntry
+    key: str | None
 
 
 def input_files(cache: ActionCache, dependencies: Dependencies, reads_urls: bool) -> dict[str, InputFiles]:

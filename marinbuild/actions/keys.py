@@ -99,6 +99,35 @@ def checkpoint_key(key: str, step: int) -> str:
     return action_key(checkpoint_recipe(key, step))
 
 
+# The "rule" of a shard unit's entry (targets/shards.py): a unit of a sharded step's work.
+SHARD_RULE = "shard"
+
+
+def shard_recipe(
+    step_recipe: Mapping[str, Any], impl: str, attrs: Mapping[str, Any], inputs: Mapping[str, str]
+) -> dict[str, Any]:
+    """The recipe of one unit of a sharded step whose recipe is `step_recipe`: the step's
+    rule and version (and code and external inputs, where the step's recipe holds them),
+    the salt, the unit's function and the parameters it reads, and the content digest of
+    each file it reads, by role (`inputs`). Not the step's key, nor any file name: a unit
+    of a step whose input gained a file, or whose file was renamed, keeps its key, and a
+    parameter the unit does not read changes none."""
+    return {
+        "format": KEY_FORMAT,
+        "rule": SHARD_RULE,
+        "version": 1,
+        "attrs": {
+            "rule": step_recipe["rule"],
+            "version": step_recipe["version"],
+            "impl": impl,
+            "attrs": dict(attrs),
+            "inputs": dict(inputs),
+        },
+        "salt": step_recipe["salt"],
+        **{name: step_recipe[name] for name in ("external", "code") if name in step_recipe},
+    }
+
+
 def code_digest(rule: Rule, stat_cache: StatCache) -> str:
     """The digest of a rule's implementation source: the module of its `impl` and the
     modules it names in `code_modules`. Recorded in every entry, so that `explain`,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.attempt import RunOutcome, StepRun
+from marinbuild.actions.attempt import RunOutcome, StepRun, utc_now
 from marinbuild.actions.build_options import BuildOptions, Hooks
 from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.build_state import BuildState, Planned
@@ -28,6 +28,7 @@ from marinbuild.actions.hermetic import recorded_environment, step_environment
 from marinbuild.actions.kept_states import kept_keys, settler
 from marinbuild.actions.results import Reporter
 from marinbuild.actions.resume import resume_point
+from marinbuild.actions.shards import ShardRunner, ShardStep, stored_files
 from marinbuild.errors import OutputDamaged, StoreUnavailable
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Outputs, reporting_transfers
 from marinbuild.store.live_sync import syncing
@@ -122,7 +123,7 @@ class AttemptRunner:
             "attempt_number": number,
             "rule": rule.name,
             "rule_version": rule.version,
-            "started": _now(),
+            "started": utc_now(),
             "invocation": self.provenance.invocation_id,
             "rule_code": self._code_digest(rule),
             # What `rerun` needs to rebuild the recipe from the store alone: every attribute
@@ -171,17 +172,19 @@ class AttemptRunner:
         log = self.cache.records.log_file(key, attempt.attempt_id)
         if not outcome.succeeded:
             details = outcome.record()
-            self.cache.finish_attempt(attempt, outcome.status, finished=_now(), duration_s=duration, **details)
+            self.cache.finish_attempt(attempt, outcome.status, finished=utc_now(), duration_s=duration, **details)
             return Outcome(None, duration, outcome.error, log, attempt=attempt.attempt_id, failure=outcome.retry_as)
         measured = {"measured": outcome.measured} if outcome.measured else {}
-        provenance = {**attempt.record, "finished": _now(), "duration_s": round(duration, 3), **measured}
+        provenance = {**attempt.record, "finished": utc_now(), "duration_s": round(duration, 3), **measured}
         if planned.target.rule.keeps_checkpoints:  # its entry names them: `cache gc` keeps them with it
             provenance["checkpoints"] = kept_keys(key, planned.target.attrs[planned.target.rule.keeps_checkpoints])
+        if outcome.shards:  # so does a sharded step's, its units (actions/shards.py)
+            provenance["shards"] = list(outcome.shards)
         provenance.pop("status", None)
         published = outcome.uploaded or outcome.manifest
         assert published is not None
         outputs = self.cache.publish(attempt, planned.recipe, provenance, published)
-        self.cache.finish_attempt(attempt, AttemptStatus.SUCCEEDED, finished=_now(), duration_s=duration, **measured)
+        self.cache.finish_attempt(attempt, AttemptStatus.SUCCEEDED, finished=utc_now(), duration_s=duration, **measured)
         if scratch is not None:  # published: the checkpoints are of no further use
             if mirror is not None:
                 mirror.discard()
@@ -198,16 +201,21 @@ class AttemptRunner:
         publishes: bool = True,
     ) -> RunOutcome:
         """Run a step through its `StepRun`, stopped if the lease is lost or the build
-        interrupted; `publishes`: the states it keeps are published as it reaches them."""
+        interrupted; `publishes`: the states it keeps are published as it reaches them, and
+        the units of a sharded step as they end (else they run aside). A sharded step's
+        impl runs here, whatever the executor: it only hands its units to the executor."""
         target, label = planned.target, str(planned.target.label)
+        sharded = target.rule.sharded
         dependencies = self._dependencies(target)
         try:
-            inputs = input_files(self.cache, dependencies, target.rule.reads_urls) if self.executor.runs_here else {}
+            here = self.executor.runs_here or sharded
+            inputs = input_files(self.cache, dependencies, target.rule.reads_urls) if here else {}
         except OutputDamaged as damaged:
             return RunOutcome(AttemptStatus.FAILED, f"an input cannot be read: {damaged.message}")
         except StepFailed as refused:
             return RunOutcome(AttemptStatus.FAILED, str(refused))
         progress = functools.partial(self.reporter.step_progress, label)
+        timeout_s = target.attrs["timeout"] or self.options.steps.timeout_s
         run = StepRun(
             label,
             planned.key,
@@ -220,21 +228,42 @@ class AttemptRunner:
             checkpoint=functools.partial(self._kept_by_running, planned, attempt) if publishes else None,
             env=self._environment(target.rule),
             sandbox=self.options.steps.sandbox,
-            timeout_s=target.attrs["timeout"] or self.options.steps.timeout_s,
+            timeout_s=timeout_s,
             settle_kept=settler(self.cache, target, planned.key, attempt.attempt_id, self.provenance.invocation)
             if publishes
             else None,
         )
+        shards = None
+        if sharded:
+            step = ShardStep(
+                target,
+                planned.key,
+                planned.recipe,
+                attempt.record,
+                self.workspace,
+                self._environment(target.rule),
+                self.options.steps.sandbox,
+                timeout_s,
+                self.executor.unit_slots(target.resources),
+                aside=not publishes,
+            )
+            stored = stored_files(self.cache, dependencies, inputs)
+            shards = ShardRunner(self.cache, self.executor, step, stored, lambda: run.stopped_as)
+            run.context.shard_fn = shards.map
         lease.on_lost = lambda: run.stop(AttemptStatus.LEASE_LOST)
         if lease.lost:
             run.stop(AttemptStatus.LEASE_LOST)
         self._track(run)
         try:
             with syncing(self.cache.store, planned.key, attempt.attempt_id, attempt.staging.log, mirror):
+                if sharded:
+                    return run.run(target.rule.impl)
                 return run.run(lambda context: self.executor.run(target, context, dependencies))
         finally:
             with self._runs_lock:
                 self._runs.discard(run)
+            if shards is not None:
+                shards.discard_aside()
 
     def run_aside(self, planned: Planned) -> tuple[Attempt, RunOutcome]:
         """Run a planned step once more, aside, under its lease: recorded as an attempt,
@@ -252,7 +281,7 @@ class AttemptRunner:
                 attempt,
                 outcome.status,
                 keep_staging=True,
-                finished=_now(),
+                finished=utc_now(),
                 duration_s=time.monotonic() - started,
                 **outcome.record(),
             )
@@ -294,7 +323,3 @@ class _Tries:
         self.used[failure] += 1
         self.number += 1
         return True
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -17,19 +17,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.executor import Dependencies, Executor, WorkerLost
+from marinbuild.actions.executor import Dependencies, Executor, UnitInput, WorkerLost
 from marinbuild.actions.hermetic import StepSettings
 from marinbuild.cluster.distributed import rendezvous
 from marinbuild.cluster.placement import Placement, placement
 from marinbuild.cluster.ray_host import StepHost, dependencies_to_json
+from marinbuild.cluster.ray_units import run_unit, unit_request
 from marinbuild.errors import ClusterError
 from marinbuild.network import unreachable
 from marinbuild.store import Store, Uploaded
 from marinbuild.targets.context import Context, StepFailed
-from marinbuild.targets.rule import Target
+from marinbuild.targets.rule import Resources, Target
 
 _POLL_S = 0.5
 # Passed on to the cluster's workers when set here: where the store is, how leases age and syncs run.
@@ -84,6 +86,8 @@ class RayExecutor(Executor):
                 f"cannot connect to the Ray cluster at {address or 'a new local instance'}: {error}", hint=hint
             ) from None
         self._remote_host = ray.remote(StepHost)
+        # Ray retries nothing itself: a unit whose worker died is the builder's to retry.
+        self._remote_unit = ray.remote(num_cpus=1, max_retries=0)(run_unit)
 
     def close(self) -> None:
         import ray
@@ -131,6 +135,42 @@ class RayExecutor(Executor):
             return uploaded
         finally:
             _release([*hosts, *reservations])
+
+    # -- the units of a sharded step (actions/shards.py) ----------------------------------
+
+    def unit_slots(self, resources: Resources) -> int:
+        """As many units at once as the cluster has CPUs (Ray queues what does not fit)."""
+        import ray
+
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def run_unit(self, target: Target, impl: str, context: Context, inputs: Mapping[str, UnitInput]) -> Uploaded | None:
+        """One unit as a Ray task (cluster/ray_units.py), cancelled if the unit is stopped."""
+        import ray
+
+        action_env = [*self.steps.action_env, *target.rule.env]
+        request = unit_request(self.store_spec, self.workspace, impl, context, inputs, action_env, self.steps.sandbox)
+        task = self._remote_unit.remote(request)
+        while not ray.wait([task], timeout=_POLL_S)[0]:
+            if context.processes.stopped:
+                ray.cancel(task, force=True)
+                raise StepFailed("the unit was stopped; its Ray task was cancelled")
+        try:
+            report = ray.get(task)
+        except ray.exceptions.RayTaskError as error:
+            raise StepFailed(f"the unit's Ray task failed: {_first_line(error)}") from None
+        except ray.exceptions.RayError as error:  # its worker or node died
+            raise WorkerLost(f"the unit's Ray task was lost: {_first_line(error)}") from None
+        with open(context.log_path, "a") as log:
+            log.write(report["log"])
+        if report["progress"] is not None:
+            context.progress(*report["progress"])
+        context.measure(**report["measured"])
+        if "worker_lost" in report:
+            raise WorkerLost(report["worker_lost"])
+        if "error" in report:
+            raise StepFailed(report["error"])
+        return Uploaded.from_json(report["uploaded"])
 
     # -- placing a step ----------------------------------------------------------------
 

@@ -59,6 +59,12 @@ def stored_recipe(cache: ActionCache, key: str) -> StoredRecipe:
             )
         record = attempts[-1].record
         recipe = {"rule": record["rule"], "version": record["rule_version"]}
+    if "shard_of" in record:  # a unit of a sharded step (actions/shards.py) runs with its step
+        step = record["shard_of"]
+        raise StoreError(
+            f"{short(key)} is the unit {record['shard']} of the sharded step {step['label']}, and reruns with it",
+            hint=f"rerun the step: marinbuild rerun {step['key']}",
+        )
     if "inputs" not in record or "attrs" not in record:
         raise StoreError(
             f"the recipe of {short(key)} was recorded by an older marinbuild, without its inputs: it cannot be rerun"

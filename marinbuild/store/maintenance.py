@@ -5,8 +5,8 @@ index's pointers to its attempts) and is
 conservative: a key is kept if the workspace's current recipes produce it, if it is
 pinned (`pins/<key>`), if an invocation younger than the grace period built or used
 it, if its lease is held right now, if a step running now (its lease held) reads it, or
-if it is a kept state (a checkpoint) that the entry of a key kept for any of these
-reasons names; otherwise it is swept once its newest activity (the entry's publication,
+if it is a kept state (a checkpoint) or a shard unit that the entry of a key kept for
+any of these reasons names; otherwise it is swept once its newest activity (the entry's publication,
 else its newest attempt) is older than the grace period.
 The entry is deleted first, so that at no moment does an entry point at missing files.
 
@@ -156,15 +156,15 @@ def _read_by_running_steps(cache: ActionCache, objects: dict[str, dict[str, Obje
 
 
 def _kept_states_named(cache: ActionCache, keys: list[str]) -> set[str]:
-    """The keys of the kept states (checkpoints) that the entries of `keys` name: they stay
-    as long as the entry of the step that kept them does."""
+    """The keys of the kept states (checkpoints) and of the shard units that the entries of
+    `keys` name: they stay as long as the entry of the step that kept or mapped them does."""
     with ThreadPoolExecutor(max_workers=max(1, min(len(keys), cache.store.lookup_concurrency))) as pool:
         entries = list(pool.map(cache.read_entry, keys))
     return {
         str(key)
         for entry in entries
         if isinstance(entry, CacheEntry)
-        for key in (entry.provenance.get("checkpoints") or {}).values()
+        for key in [*(entry.provenance.get("checkpoints") or {}).values(), *(entry.provenance.get("shards") or [])]
     }
 
 

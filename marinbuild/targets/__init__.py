@@ -11,6 +11,7 @@ from marinbuild.targets.rule import (
     checkpoint_dir,
     checkpoint_name,
 )
+from marinbuild.targets.shards import ShardResult, ShardUnit
 
 __all__ = [
     "REQUIRED",
@@ -20,6 +21,8 @@ __all__ = [
     "Resources",
     "RetryPolicy",
     "Rule",
+    "ShardResult",
+    "ShardUnit",
     "StepInput",
     "Target",
     "checkpoint_dir",

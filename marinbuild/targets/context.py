@@ -15,13 +15,14 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from marinbuild.targets.attrs import JsonValue
+from marinbuild.targets.shards import ShardFn, ShardResult, ShardUnit
 
 ProgressFn = Callable[[float, "float | None", str], None]
 # Publishes a kept state of the running step: its step, and the directory holding its files.
@@ -150,8 +151,12 @@ class Context:
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("marinbuild.step"))
     progress_fn: ProgressFn | None = None
     checkpoint_fn: CheckpointFn | None = None
+    shard_fn: ShardFn | None = None
     processes: ChildProcesses = field(default_factory=ChildProcesses)
     measured: dict[str, JsonValue] = field(default_factory=dict)
+    # The keys of the units this step mapped (`map_shards`): its entry names them, so that
+    # `cache gc` keeps them as long as it keeps the step.
+    shard_keys: list[str] = field(default_factory=list)
 
     def files(self, label: str) -> tuple[Path, ...]:
         return self.inputs[label].local(label).files
@@ -187,6 +192,18 @@ class Context:
         aside, `rerun --check`, publishes nothing: its output keeps them, to be compared.)"""
         if self.checkpoint_fn is not None:
             self.checkpoint_fn(step, directory)
+
+    def map_shards(self, impl: str, units: Sequence[ShardUnit]) -> list[ShardResult]:
+        """Run `impl` ("module:function", a function of a Context) once per unit, in
+        parallel, each unit under a key of its own: those already published are not run
+        again (targets/shards.py). Only a sharded rule's impl (`Rule.sharded`) may call it.
+        Raises StepFailed naming the first unit that failed, once the units running then
+        have ended (and been published: a rerun starts from them)."""
+        if self.shard_fn is None:
+            raise StepFailed("ctx.map_shards is for the impl of a sharded rule (Rule(sharded=True)), run by a build")
+        results = self.shard_fn(self, impl, units)
+        self.shard_keys.extend(result.key for result in results)
+        return results
 
     def measure(self, **values: JsonValue) -> None:
         """Record facts about this attempt that must not be part of its output: wall time,

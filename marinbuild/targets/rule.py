@@ -226,6 +226,11 @@ class Rule:
     # Label attributes that, with a step attribute set, read one kept state of the target
     # they name instead of its whole output: `eval_lm(model = ":run", step = 2000)`.
     step_inputs: Mapping[str, StepInput] = field(default_factory=dict)
+    # True: `impl` is a driver that maps units of work over the shards of its inputs
+    # (`ctx.map_shards`, targets/shards.py), each under a key of its own. It only
+    # orchestrates, so it runs in the builder, whatever the executor; the units run in
+    # worker processes here, or as Ray tasks with `--executor ray`.
+    sharded: bool = False
     all_attrs: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -233,6 +238,11 @@ class Rule:
         if clash:
             raise ValueError(f"rule {self.name} redeclares common attributes {sorted(clash)}")
         object.__setattr__(self, "all_attrs", {**COMMON_ATTRS, **self.attrs})
+        if self.sharded and (self.execution is not Execution.THREAD or self.multi_host or self.resumable):
+            raise ValueError(
+                f"rule {self.name} is sharded: its impl runs in the builder (Execution.THREAD), on one host, "
+                "and resumes from the units it published, so it is neither multi_host nor resumable"
+            )
 
     @property
     def impl_path(self) -> str:

@@ -1,0 +1,112 @@
+"""`filter_text` (issue #29): a filter chain over a corpus as a sharded step — each shard
+filtered under a key of its own, the rejected documents kept beside the output with the
+filter that rejected them, and the counts of every filter in summary.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import build_json, run_cli, statuses
+
+GOOD = [
+    "The cat sat on the mat and looked at the birds that flew over the garden wall.",
+    "A river runs through the valley and the people of the town fish in it every day.",
+    "The library opens at nine and closes at five, and the children read there after school.",
+]
+SHORT = "far too short"
+
+
+def _shard(*texts: str) -> str:
+    return "".join(json.dumps({"text": text}) + "\n" for text in texts)
+
+
+BUILD = """
+filegroup(name = "raw", srcs = glob(["corpus/**"]))
+filter_text(
+    name = "filtered",
+    data = ":raw",
+    filters = [{{"name": "gopher_quality", "min_words": {min_words}}}, {{"name": "c4_quality", "min_sentences": 1}}],
+)
+"""
+
+CORPUS = {
+    "p/corpus/summary.json": "{}\n",
+    "p/corpus/train/shard-00000.jsonl": _shard(GOOD[0], SHORT),
+    "p/corpus/train/shard-00001.jsonl": _shard(GOOD[1]) + "not json\n",
+    "p/corpus/validation/shard-00000.jsonl": _shard(GOOD[2]),
+}
+
+
+def _workspace(make_workspace, min_words: int = 5) -> Path:
+    files = {"p/BUILD.marin": BUILD.format(min_words=min_words), **CORPUS}
+    return make_workspace(files, 'rules = ["rules.webdata.filter_text"]\n')
+
+
+def _units_run(store: Path) -> list[str]:
+    """The shards of every unit attempt in the store, sorted (each time a unit ran)."""
+    records = [json.loads(path.read_text()) for path in (store / "attempts").rglob("*.json")]
+    return sorted(record["shard"] for record in records if "shard" in record)
+
+
+def _texts(path: Path) -> list[str]:
+    return [json.loads(line)["text"] for line in path.read_text().splitlines()]
+
+
+def test_filter_text_filters_each_shard_once_and_keeps_what_it_rejected(make_workspace):
+    ws = _workspace(make_workspace)
+    store = ws / "cache"
+    built = build_json(ws, "//p:filtered")
+    assert statuses(built) == {"//p:raw": "built", "//p:filtered": "built"}, built["stderr"]
+    out = Path(built["by_label"]["//p:filtered"]["output"])
+    assert _texts(out / "train" / "shard-00000.jsonl") == [GOOD[0]]
+    assert _texts(out / "validation" / "shard-00000.jsonl") == [GOOD[2]]
+    [rejected] = [
+        json.loads(line) for line in (out / "rejected" / "train" / "shard-00000.jsonl").read_text().splitlines()
+    ]
+    assert (
+        rejected["text"] == SHORT and rejected["filter"] == "gopher_quality" and rejected["id"] == "shard-00000.jsonl:2"
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["documents"] == {"train": 2, "validation": 1}
+    assert summary["shards"] == {"train": 2, "validation": 1}
+    quality, c4 = summary["filters"]
+    assert (quality["name"], quality["seen"], quality["kept"], quality["rejected"]) == ("gopher_quality", 4, 3, 1)
+    assert (c4["name"], c4["min_sentences"], c4["seen"], c4["kept"]) == ("c4_quality", 1, 3, 3)
+    assert summary["skipped"] == {"not json": {"count": 1, "first": "train/shard-00001.jsonl:2"}}
+    assert _units_run(store) == ["train/shard-00000.jsonl", "train/shard-00001.jsonl", "validation/shard-00000.jsonl"]
+
+    assert set(statuses(build_json(ws, "//p:filtered")).values()) == {"cached"}
+    # A new shard is the only one filtered.
+    (ws / "p" / "corpus" / "train" / "shard-00002.jsonl").write_text(_shard(GOOD[2], SHORT))
+    added = build_json(ws, "//p:filtered")
+    assert statuses(added) == {"//p:raw": "built", "//p:filtered": "built"}
+    assert _units_run(store).count("train/shard-00002.jsonl") == 1 and len(_units_run(store)) == 4
+    summary = json.loads((Path(added["by_label"]["//p:filtered"]["output"]) / "summary.json").read_text())
+    assert summary["documents"] == {"train": 3, "validation": 1}
+
+    # A filter's parameter filters every shard again, and copies nothing upstream.
+    (ws / "p" / "BUILD.marin").write_text(BUILD.format(min_words=3))
+    changed = build_json(ws, "//p:filtered")
+    assert statuses(changed) == {"//p:raw": "cached", "//p:filtered": "built"}
+    assert len(_units_run(store)) == 8
+    out = Path(changed["by_label"]["//p:filtered"]["output"])
+    [rejected] = [
+        json.loads(line) for line in (out / "rejected" / "train" / "shard-00000.jsonl").read_text().splitlines()
+    ]
+    assert rejected["text"] == SHORT and rejected["reason"] != "too few words"  # 3 words are enough now
+
+
+def test_a_bad_filter_is_an_error_at_its_build_line(make_workspace):
+    ws = make_workspace(
+        {
+            "p/BUILD.marin": 'filter_text(name = "f", data = ":x", filters = [{"name": "gopher_qualty"}])\n',
+        },
+        'rules = ["rules.webdata.filter_text"]\n',
+    )
+    rc, out, err = run_cli(ws, "build", "//p:f")
+    assert rc == 2 and "p/BUILD.marin:1" in err and "unknown filter 'gopher_qualty'" in err, err
+    assert "Traceback" not in err and not (ws / "cache").exists()
+    (ws / "p" / "BUILD.marin").write_text('filter_text(name = "f", data = ":x", filters = [{"name": "language"}])\n')
+    rc, out, err = run_cli(ws, "build", "//p:f")
+    assert rc == 2 and "p/BUILD.marin:1" in err and "does not take the language filter yet" in err, err
