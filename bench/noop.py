@@ -23,14 +23,21 @@ memory is recorded too. `--scale-targets N --scale-packages P` repeats the marin
 measurement on a second DAG (100,000 targets in 2,000 packages, say) and reports how the
 no-op time per target grows with size.
 
+`--baseline-bin PATH` measures a second marinbuild install (another commit's virtual
+environment, say) on a copy of the same built workspace, its no-ops alternating with the
+subject's, so that both see the same machine from one minute to the next: the ratios it
+reports (subject / baseline) hold on a shared machine where absolute times do not.
+
 Usage: ``python bench/noop.py [--targets N] [--packages P] [--seed S]
 [--repeat R] [--skip-dvc] [--dvc-targets N] [--scale-targets N --scale-packages P]
-[--json-out FILE]``.
+[--baseline-bin PATH] [--json-out FILE]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -63,6 +70,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--scale-targets", type=int, help="also measure marinbuild on a DAG of this many targets")
     parser.add_argument("--scale-packages", type=int, help="packages of the --scale-targets DAG")
+    parser.add_argument(
+        "--baseline-bin",
+        help="also time the no-ops of this marinbuild executable, alternating with the subject's, on a copy",
+    )
     parser.add_argument("--json-out", type=Path, help="also write results as JSON here")
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -79,42 +90,66 @@ def scaled_packages(targets: int, full_targets: int, full_packages: int) -> int:
     return max(1, round(targets * full_packages / full_targets))
 
 
-def measure_marinbuild(marinbuild: str, root: Path, args: argparse.Namespace, targets: int, packages: int) -> dict:
+def measure_marinbuild(
+    marinbuild: str, root: Path, args: argparse.Namespace, targets: int, packages: int, baseline: str | None = None
+) -> dict:
     """Cold build once, then ``--repeat`` verified no-op builds with the bytecode cache and
-    as many without it."""
+    as many without it; with `baseline`, each no-op is followed by the same no-op of the
+    baseline's executable on its own copy of the built workspace (its memos its own)."""
     workspace = root / f"marinbuild-{targets}-{packages}"
     gen.write_marinbuild(gen.generate_dag(targets, packages, args.seed), workspace)
     benchlib.log(f"marinbuild: cold build of {targets} targets in {packages} packages")
     cold, report = benchlib.marinbuild_build(marinbuild, workspace, args.jobs)
     benchlib.check_counts(report, targets, built=targets)
-    # One untimed no-op: right after the cold build, the stat cache distrusts digests
-    # recorded within 2 s of a file's modification and hashes the outputs again.
-    benchlib.marinbuild_build(marinbuild, workspace, args.jobs)
-    figures: dict[str, list[float]] = {"noop": [], "noop_no_bytecode": [], "noop_cpu": [], "peak_rss_mib": []}
+    tools = {"": (marinbuild, workspace)}
+    if baseline is not None:
+        copy = root / f"baseline-{targets}-{packages}"
+        shutil.copytree(workspace, copy, symlinks=True)
+        tools["baseline_"] = (baseline, copy)
+    # One untimed no-op each: right after the cold build (or the copy), the stat cache
+    # distrusts digests recorded within 2 s of a file's modification and hashes the outputs again.
+    for tool, tool_workspace in tools.values():
+        benchlib.marinbuild_build(tool, tool_workspace, args.jobs)
+    figures: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="marinbuild-no-pycache-") as empty:
         no_bytecode = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": empty}
         for i in range(args.repeat):
             for name, env in (("noop", None), ("noop_no_bytecode", no_bytecode)):
-                run, report = benchlib.marinbuild_build(marinbuild, workspace, args.jobs, env)
-                benchlib.check_counts(report, targets, built=0)
-                figures[name].append(run.seconds)
-                figures["peak_rss_mib"].append(run.peak_rss_mib)
-                if env is None:
-                    figures["noop_cpu"].append(run.cpu_s)
+                for prefix, (tool, tool_workspace) in tools.items():
+                    run, report = benchlib.marinbuild_build(tool, tool_workspace, args.jobs, env)
+                    benchlib.check_counts(report, targets, built=0)
+                    figures.setdefault(prefix + name, []).append(run.seconds)
+                    figures.setdefault(prefix + "peak_rss_mib", []).append(run.peak_rss_mib)
+                    if env is None:
+                        figures.setdefault(prefix + "noop_cpu", []).append(run.cpu_s)
             benchlib.log(
                 f"marinbuild: no-op {i + 1}/{args.repeat}: {figures['noop'][-1]:.3f} s, "
                 f"{figures['noop_no_bytecode'][-1]:.3f} s without bytecode cache"
+                + (
+                    f"; baseline {figures['baseline_noop'][-1]:.3f} s, {figures['baseline_noop_no_bytecode'][-1]:.3f} s"
+                    if baseline is not None
+                    else ""
+                )
             )
-    return {
-        "version": benchlib.tool_version([marinbuild, "--version"]),
-        "targets": targets,
-        "packages": packages,
-        "cold_s": cold.seconds,
-        "noop_s": benchlib.summarize(figures["noop"]),
-        "noop_no_bytecode_s": benchlib.summarize(figures["noop_no_bytecode"]),
-        "noop_cpu_s": benchlib.summarize(figures["noop_cpu"]),
-        "peak_rss_mib": max(figures["peak_rss_mib"]),
-    }
+    found = {"targets": targets, "packages": packages, "cold_s": cold.seconds}
+    for prefix, (tool, _workspace) in tools.items():
+        found |= {
+            f"{prefix}version": benchlib.tool_version([tool, "--version"]),
+            f"{prefix}noop_s": benchlib.summarize(figures[prefix + "noop"]),
+            f"{prefix}noop_no_bytecode_s": benchlib.summarize(figures[prefix + "noop_no_bytecode"]),
+            f"{prefix}noop_cpu_s": benchlib.summarize(figures[prefix + "noop_cpu"]),
+            f"{prefix}peak_rss_mib": max(figures[prefix + "peak_rss_mib"]),
+        }
+    if baseline is not None:
+        # Each no-op over the baseline's that followed it, then the median: the machine's
+        # drift from one minute to the next cancels within a pair.
+        found["vs_baseline"] = {
+            kind: statistics.median(
+                mine / theirs for mine, theirs in zip(figures[kind], figures["baseline_" + kind], strict=True)
+            )
+            for kind in ("noop", "noop_no_bytecode", "noop_cpu")
+        }
+    return found
 
 
 def measure_dvc(dvc: Path, root: Path, args: argparse.Namespace) -> dict:
@@ -175,6 +210,10 @@ def print_report(results: dict) -> None:
             rows.append(_row("marinbuild build", mb["targets"], mb["cold_s"], mb["noop_s"]))
             rows.append(_row("  (no bytecode cache)", mb["targets"], None, mb["noop_no_bytecode_s"]))
             rows.append(_row("  (CPU time, user + system)", mb["targets"], None, mb["noop_cpu_s"]))
+            if "baseline_noop_s" in mb:
+                rows.append(_row("baseline build", mb["targets"], None, mb["baseline_noop_s"]))
+                rows.append(_row("  (no bytecode cache)", mb["targets"], None, mb["baseline_noop_no_bytecode_s"]))
+                rows.append(_row("  (CPU time, user + system)", mb["targets"], None, mb["baseline_noop_cpu_s"]))
     if dvc := results.get("dvc"):
         rows.append(_row("dvc repro -P", dvc["targets"], dvc["cold_s"], dvc["repro_noop_s"]))
         rows.append(_row("dvc status", dvc["targets"], None, dvc["status_noop_s"]))
@@ -184,6 +223,8 @@ def print_report(results: dict) -> None:
             print(f"marinbuild, {mb['targets']} targets: peak memory of a no-op {mb['peak_rss_mib']:.0f} MiB")
     for name, value in results["ratios"].items():
         print(f"{name} (median, per target): {value:.3g}")
+    for kind, value in results.get("marinbuild", {}).get("vs_baseline", {}).items():
+        print(f"marinbuild {kind} / baseline {kind} (median of alternating pairs): {value:.3g}")
     mb, dvc = results.get("marinbuild"), results.get("dvc")
     if mb and dvc and mb["targets"] != dvc["targets"]:
         print(
@@ -208,7 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         marinbuild = None if args.skip_marinbuild else benchlib.find_marinbuild()
         with benchlib.work_dir(args.workdir) as root:
             if marinbuild is not None:
-                results["marinbuild"] = measure_marinbuild(marinbuild, root, args, args.targets, args.packages)
+                results["marinbuild"] = measure_marinbuild(
+                    marinbuild, root, args, args.targets, args.packages, args.baseline_bin
+                )
                 if args.scale_targets:
                     scale_packages = args.scale_packages or scaled_packages(
                         args.scale_targets, args.targets, args.packages

@@ -8,6 +8,8 @@ also what lets every read of a local store be verified without rehashing everyth
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 import time
@@ -112,3 +114,20 @@ class StatCache:
 
     def save(self) -> None:
         self._memo.save()
+
+
+@functools.cache
+def _module_file(module: str) -> str | None:
+    """A module's source file, found without importing it (rule modules import heavy
+    libraries lazily, and finding their code must not import them)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not os.path.isfile(spec.origin):
+        return None
+    return spec.origin
+
+
+def module_digest(module: str, stat_cache: StatCache) -> str:
+    """The digest of a module's source file ("unknown" if it has none), through the stat
+    cache: for a file unchanged since it was last hashed, a `stat`, not a read."""
+    path = _module_file(module)
+    return "unknown" if path is None else stat_cache.digest(path)[0]

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import json
 import os
 import shutil
 import tempfile
@@ -30,7 +31,7 @@ from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
 from marinbuild.actions.keys import checkpoint_key
 from marinbuild.actions.pins import Pinned, Pins
-from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
+from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult, pending_json
 from marinbuild.actions.resume import resume_point
 from marinbuild.actions.scheduler import Scheduler
 from marinbuild.errors import AcceleratorMissing, EgressOverBudget, GraphError, StoreError, StoreReadOnly
@@ -39,7 +40,7 @@ from marinbuild.labels import matches_patterns, parse_label, parse_pattern
 from marinbuild.memo import Memo
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
 from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
-from marinbuild.packages.rule_modules import workspace_rules
+from marinbuild.packages.rule_modules import loading_code, workspace_rules
 from marinbuild.provenance import rerun
 from marinbuild.provenance.compare import Comparison
 from marinbuild.provenance.compare import compare as compare_runs
@@ -149,7 +150,8 @@ class Session:
     @cached_property
     def loader(self) -> PackageLoader:
         rules = workspace_rules(self.workspace)
-        memo = self._memo("packages.pickle", rules_fingerprint(rules))
+        code = {str(path): self.stat_cache.digest(path)[0] for path in loading_code(self.workspace)}
+        memo = self._memo("packages.pickle", rules_fingerprint(rules, code))
         return PackageLoader(self.workspace, rules, PackageCache(memo, self.workspace.root, self.stat_cache))
 
     @cached_property
@@ -337,7 +339,19 @@ class Session:
     ) -> None:
         """Written when the build starts and again when it ends (provenance/history.py).
         The provenance is the scheduler's, so git is asked about the workspace once per build."""
-        results = scheduler.result.results
+        result, order = scheduler.result, scheduler.graph.order
+        if list(result.results) == order:  # every target has its result, in the graph's order
+            targets = result.targets_json()
+        elif not result.results:  # the build starts
+            targets = pending_json(order)
+        else:
+            results = result.results
+            targets = json.dumps(
+                [
+                    results[label].to_json() if label in results else {"label": label, "key": None, "status": "pending"}
+                    for label in order
+                ]
+            )
         record = {
             "id": scheduler.provenance.invocation_id,
             "command": command,
@@ -347,14 +361,10 @@ class Session:
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "duration_s": round(time.time() - started, 3),
             "result": outcome,
-            "counts": scheduler.result.counts,
-            "targets": [
-                results[label].to_json() if label in results else {"label": label, "key": None, "status": "pending"}
-                for label in scheduler.graph.order
-            ],
+            "counts": result.counts,
             **scheduler.provenance.invocation,
         }
-        self.cache.records.write_invocation(record, None if stream is None else stream.jsonl)
+        self.cache.records.write_invocation(record, None if stream is None else stream.jsonl, targets)
 
     def step_settings(self, sandbox: bool | None = None) -> StepSettings:
         """How this workspace's steps run (environment, sandbox, default timeout); `sandbox`

@@ -62,12 +62,26 @@ def _positive(value: object) -> bool:
     [
         (
             "noop.py",
-            [*TOY, "--repeat", "1", "--skip-dvc", "--scale-targets", "120", "--scale-packages", "24"],
+            [
+                *TOY,
+                "--repeat",
+                "1",
+                "--skip-dvc",
+                "--scale-targets",
+                "120",
+                "--scale-packages",
+                "24",
+                "--baseline-bin",
+                "marinbuild",  # itself: the interleaved baseline's runs and ratios are made
+            ],
             lambda data: [
                 data["marinbuild"]["cold_s"],
                 data["marinbuild"]["noop_s"]["median"],
                 data["marinbuild"]["noop_no_bytecode_s"]["median"],
                 data["marinbuild"]["peak_rss_mib"],
+                data["marinbuild"]["baseline_noop_s"]["median"],
+                data["marinbuild"]["baseline_noop_no_bytecode_s"]["median"],
+                *data["marinbuild"]["vs_baseline"].values(),
                 data["marinbuild_scale"]["noop_s"]["median"],
                 *data["ratios"].values(),
             ],

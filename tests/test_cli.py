@@ -26,7 +26,7 @@ from conftest import (
 
 import marinbuild
 from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import BuildResult, NullReporter, Status, TargetResult
+from marinbuild.actions.results import BuildResult, NullReporter, Status, TargetResult, pending_json
 from marinbuild.cli.main import cli
 from marinbuild.session import Session
 from marinbuild.targets.rule import Resources
@@ -83,6 +83,28 @@ def test_json_output_has_one_line_per_target_whatever_the_reasons_say():
     lines = text.splitlines()
     assert [line.strip().startswith('{"label": ') for line in lines[2:4]] == [True, True]
     assert len(lines) == 7
+
+
+def test_targets_json_is_made_again_when_a_result_changes():
+    """The text the invocation record and --json share is kept once made: a result replaced
+    since (a dry run's notes are added after it ran) must show in it."""
+    result = BuildResult([FIRST], {FIRST: TargetResult(FIRST, Status.WOULD_RUN, "k1")})
+    assert json.loads(result.targets_json())[0]["status"] == "would-run"
+    assert result.targets_json() is result.targets_json()  # kept, not made again
+    result.results[FIRST] = TargetResult(FIRST, Status.WOULD_RUN, "k1", reason="would resume from step 10")
+    assert json.loads(result.targets_json())[0]["reason"] == "would resume from step 10"
+    assert json.loads(result.to_json_text())["targets"] == json.loads(result.targets_json())
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [[], [FIRST], [FIRST, SECOND], ['q"uote', "back\\slash", 'a", "b', "ünï ☃", '", "', '\\"', ""]],
+)
+def test_pending_json_is_json_dumps_of_the_pending_targets(labels):
+    """The record a build writes first is made from one dump of its labels: whatever the
+    labels hold, it must be the JSON of the pending targets, byte for byte."""
+    expected = json.dumps([{"label": label, "key": None, "status": "pending"} for label in labels])
+    assert pending_json(labels) == expected
 
 
 def test_plain_build_prints_outputs_and_default_command_is_build(make_workspace):

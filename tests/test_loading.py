@@ -141,6 +141,30 @@ def test_ignore_setting_keeps_directories_out_of_recursive_patterns(tmp_path):
     assert plan(ws, "//data/big:all").requested == ["//data/big:big"]  # still loadable by name
 
 
+def test_recursive_patterns_skip_hidden_ignored_venv_and_symlinked_directories(tmp_path):
+    target = 'filegroup(name = "t")\n'
+    ws = new_workspace(
+        tmp_path / "ws",
+        {
+            "BUILD.marin": target,
+            "a/BUILD.marin": target,
+            "a/b/c/BUILD.marin": target,
+            "a/.hidden/BUILD.marin": target,
+            "a/node_modules/x/BUILD.marin": target,
+            "env/pyvenv.cfg": "home = /usr\n",  # a virtual environment, whatever its name
+            "env/lib/BUILD.marin": target,
+            "data/BUILD.marin": target,
+            "odd/BUILD.marin/keep": "",  # a directory named BUILD.marin makes no package
+        },
+        config='ignore = ["data"]\n',
+    )
+    (ws / "a" / "link").symlink_to(ws / "a" / "b", target_is_directory=True)
+    assert plan(ws, "//...").requested == ["//:t", "//a:t", "//a/b/c:t"]
+    assert plan(ws, "//a/...").requested == ["//a:t", "//a/b/c:t"]
+    # A pattern rooted in a virtual environment lists it: only the walk below a root skips them.
+    assert plan(ws, "//env/...").requested == ["//env/lib:t"]
+
+
 def test_cli_workspace_option_and_discovery(tmp_path):
     ws = new_workspace(tmp_path / "ws", {"p/BUILD.marin": 'filegroup(name = "a")\n'})
     elsewhere = tmp_path / "elsewhere"

@@ -19,8 +19,9 @@ from marinbuild.actions import keys
 from marinbuild.actions.executor import Dependencies
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.results import BuildResult, Reporter, TargetResult
+from marinbuild.hashing import StatCache
 from marinbuild.store import Outputs
-from marinbuild.targets.rule import Target
+from marinbuild.targets.rule import Rule, Target
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class BuildState:
         for name, checkpoint in graph.checkpoints.items():
             self.kept.setdefault(checkpoint.of, []).append(name)
         self.keys: dict[str, str] = {}  # the key of each target whose key is known
+        self._code_digests: dict[str, str] = {}  # by rule name (`code_digest`)
         self.ready: deque[str] = deque()  # targets whose inputs are all known
         self.requested = set(graph.requested)
 
@@ -70,6 +72,14 @@ class BuildState:
             if self.waiting[dependent] == 0:
                 self.ready.append(dependent)
         return True
+
+    def code_digest(self, rule: Rule, stat_cache: StatCache) -> str:
+        """`keys.code_digest`, once per rule and build: a no-op asks for every cached
+        target's, and a build must see the code as it is now, not as an earlier build did."""
+        found = self._code_digests.get(rule.name)
+        if found is None:
+            found = self._code_digests[rule.name] = keys.code_digest(rule, stat_cache)
+        return found
 
     def record(self, result: TargetResult) -> None:
         target = self.graph.targets[result.label]

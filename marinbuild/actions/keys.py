@@ -11,12 +11,11 @@ dependents' keys (and so their outputs) untouched.
 from __future__ import annotations
 
 import functools
-import importlib.util
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.hashing import canonical_json, digest_bytes, digest_file, digest_json
+from marinbuild.hashing import StatCache, canonical_json, digest_bytes, digest_json, module_digest
 from marinbuild.targets.identity import fill
 from marinbuild.targets.rule import Rule, Target
 
@@ -129,27 +128,13 @@ def shard_recipe(
     }
 
 
-@functools.cache
-def _module_digest(module: str) -> str:
-    """The digest of a module's source file, found without importing it (rule modules import
-    heavy libraries lazily, and finding their code must not import them)."""
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None or not Path(spec.origin).is_file():
-        return "unknown"
-    return digest_file(spec.origin)
-
-
-def code_digest(rule: Rule) -> str:
+def code_digest(rule: Rule, stat_cache: StatCache) -> str:
     """The digest of a rule's implementation source: the module of its `impl` and the
     modules it names in `code_modules`. Recorded in every entry, so that `explain`,
     `build` and `query stale()` can tell when the code changed since an output was built."""
-    return _modules_digest((rule.impl.__module__, *rule.code_modules))
-
-
-@functools.cache
-def _modules_digest(modules: tuple[str, ...]) -> str:
-    """Once per process: a no-op build asks for every cached target's rule."""
-    return digest_json({module: _module_digest(module) for module in modules})
+    return digest_json(
+        {module: module_digest(module, stat_cache) for module in (rule.impl.__module__, *rule.code_modules)}
+    )
 
 
 def external_digest(files: Mapping[str, Path], digest: Callable[[Path], str]) -> str:

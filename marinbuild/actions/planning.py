@@ -8,6 +8,7 @@ checked), a miss is handed to the scheduler to run, or shown when the build is d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,7 @@ class Planner:
         self._record = state.record
         self._downstream = state.downstream
         self._kept = state.kept
+        self._code_digest = functools.partial(state.code_digest, stat_cache=cache.stat_cache)
         self._resolve = resolve
         self._checkpoints = checkpoints
         self._mirror_copies = mirror_copies
@@ -119,7 +121,7 @@ class Planner:
         """What a target's key and recipe are made of, once its inputs are known (their
         tokens: the build's, or foreseen ones)."""
         target = self.graph.targets[label]
-        code = keys.code_digest(target.rule) if self.options.strict_code else None
+        code = self._code_digest(target.rule) if self.options.strict_code else None
         return target, (self._tokens if tokens is None else tokens).__getitem__, self.salt, self._external(label), code
 
     def recipe(self, label: str) -> dict[str, Any] | None:
@@ -141,7 +143,7 @@ class Planner:
             return None
         if lookup.outputs is not None:
             built_with = lookup.outputs.rule_code
-            code_changed = built_with is not None and built_with != keys.code_digest(target.rule)
+            code_changed = built_with is not None and built_with != self._code_digest(target.rule)
             self._record(TargetResult(label, Status.CACHED, key, lookup.outputs.directory, code_changed=code_changed))
             self._resolve(label, lookup.outputs)
             return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,19 +38,28 @@ class TargetResult:
     code_changed: bool = False  # cached, but its rule's source changed since (not part of the key)
 
     def to_json(self) -> dict:
-        return {
+        found = {
             "label": self.label,
             "key": self.key,
             "status": str.__str__(self.status),  # the member is its value: no enum lookup per target
             "output": self.output,
             "duration_s": round(self.duration_s, 3),
-            **({"reason": self.reason} if self.reason else {}),
-            **({"log": str(self.log)} if self.log else {}),
-            **({"headline": self.headline} if self.headline else {}),
-            **({"attempt": self.attempt} if self.attempt else {}),
-            **({"description": self.description} if self.description else {}),
-            **({"code_changed": True} if self.code_changed else {}),
         }
+        # The optional fields set one by one, not merged from a dict each: a no-op of
+        # 10,000 targets makes 10,000 of these.
+        if self.reason:
+            found["reason"] = self.reason
+        if self.log:
+            found["log"] = str(self.log)
+        if self.headline:
+            found["headline"] = self.headline
+        if self.attempt:
+            found["attempt"] = self.attempt
+        if self.description:
+            found["description"] = self.description
+        if self.code_changed:
+            found["code_changed"] = True
+        return found
 
 
 @dataclass
@@ -60,6 +70,9 @@ class BuildResult:
     # What a dry run says of the build as a whole, after its targets (the egress its
     # copies would cost against the budget): printed last, and `notes` in its JSON.
     notes: list[str] = field(default_factory=list)
+    # `targets_json()` and the results it was made of: the invocation record and `--json`
+    # both list every target, and a no-op build of 10,000 serialises them once.
+    _targets_json: tuple[list[TargetResult], str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -78,6 +91,18 @@ class BuildResult:
         notes = {"notes": self.notes} if self.notes else {}
         return {"targets": [result.to_json() for result in self.results.values()], "counts": self.counts, **notes}
 
+    def targets_json(self) -> str:
+        """The JSON array of every target's result (`json.dumps` of `to_json()["targets"]`),
+        made again only if the results changed since it was last asked for."""
+        current = list(self.results.values())
+        if self._targets_json is not None:
+            made_from, text = self._targets_json
+            if len(made_from) == len(current) and all(map(operator.is_, made_from, current)):
+                return text
+        text = json.dumps([result.to_json() for result in current])
+        self._targets_json = (current, text)
+        return text
+
     def to_json_text(self) -> str:
         """`to_json()` as text a person can read and a program can parse: one line per
         target (a no-op build of 10,000 targets prints them in a few milliseconds, where
@@ -85,10 +110,23 @@ class BuildResult:
         which costs half of one per target, then a line break before each target: a
         target's object begins `{"label": `, and `}, {"label": ` appears nowhere else (a
         quote inside a string is escaped)."""
-        targets = json.dumps([result.to_json() for result in self.results.values()])[1:-1]
+        targets = self.targets_json()[1:-1]
         lines = targets.replace('}, {"label": ', '},\n    {"label": ')
         notes = f',\n  "notes": {json.dumps(self.notes)}' if self.notes else ""
         return f'{{\n  "targets": [\n    {lines}\n  ],\n  "counts": {json.dumps(self.counts)}{notes}\n}}'
+
+
+def pending_json(labels: list[str]) -> str:
+    """`json.dumps([{"label": label, "key": None, "status": "pending"} for label in labels])`,
+    the targets of the record a build writes first thing, made from one `json.dumps` of the
+    labels (a no-op of 10,000 targets would spend more on the dicts than on the rest of its
+    record): `", "` is found in that text only between two labels, a quote inside a
+    string being escaped."""
+    if not labels:
+        return "[]"
+    tail = ', "key": null, "status": "pending"}'
+    joined = json.dumps(labels)[1:-1].replace('", "', f'"{tail}, {{"label": "')
+    return f'[{{"label": {joined}{tail}]'
 
 
 _ALWAYS_COUNTED = (Status.BUILT, Status.CACHED, Status.FAILED, Status.SKIPPED)

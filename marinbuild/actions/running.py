@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions import keys
 from marinbuild.actions.attempt import RunOutcome, StepRun, utc_now
 from marinbuild.actions.build_options import BuildOptions, Hooks
 from marinbuild.actions.build_provenance import Provenance
@@ -78,6 +77,7 @@ class AttemptRunner:
         self._outputs = state.outputs
         self._keys = state.keys
         self._dependencies = state.dependencies
+        self._code_digest = functools.partial(state.code_digest, stat_cache=cache.stat_cache)
         self._kept_by_running = kept_by_running
         self._interrupted = False  # set on Ctrl-C: running steps are stopped and record `cancelled`
         self._runs: set[StepRun] = set()  # the steps running now
@@ -125,7 +125,7 @@ class AttemptRunner:
             "rule_version": rule.version,
             "started": utc_now(),
             "invocation": self.provenance.invocation_id,
-            "rule_code": keys.code_digest(rule),
+            "rule_code": self._code_digest(rule),
             # What `rerun` needs to rebuild the recipe from the store alone: every attribute
             # with its labels, and what each label stood for (dependencies by key).
             "attrs": dict(planned.target.attrs),

@@ -4,7 +4,8 @@ Evaluating 500 BUILD files costs most of a second; checking that nothing they re
 changed costs a few milliseconds. A cached package is reused only if every file it read
 (its BUILD file and each .star file it loaded, transitively) has the same content
 digest, every glob() it called returns the same files, and the rules are the same
-(their names, versions and attribute schemas, and the marinbuild version).
+(their names, versions and attribute schemas, the marinbuild version, and the source of
+the code loading runs: rule modules with their packages, marinbuild's loading layers).
 """
 
 from __future__ import annotations
@@ -44,18 +45,22 @@ class PackageRecord:
 _RECORD_FORMAT = 3
 
 
-def rules_fingerprint(rules: dict[str, Rule]) -> str:
+def rules_fingerprint(rules: dict[str, Rule], code: dict[str, str]) -> str:
+    """What every cached package depends on besides the files it read: the rules (names,
+    versions, attribute schemas) and `code`, the digest of each file of code loading runs
+    (`rule_modules.loading_code`): a rule's check or computed default edited, every package
+    is evaluated again."""
     schema = {
         name: {
             "version": rule.version,
             "attrs": {
-                attr_name: [attr.type.name, attr.identity, None if attr.mandatory else attr.default]
+                attr_name: [attr.type.name, attr.identity, attr.omit_default, None if attr.mandatory else attr.default]
                 for attr_name, attr in rule.all_attrs.items()
             },
         }
         for name, rule in sorted(rules.items())
     }
-    return digest_json({"marinbuild": __version__, "records": _RECORD_FORMAT, "rules": schema})
+    return digest_json({"marinbuild": __version__, "records": _RECORD_FORMAT, "rules": schema, "code": code})
 
 
 class PackageCache:

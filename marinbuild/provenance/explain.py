@@ -241,7 +241,7 @@ def explain_target(
                 label, "would-run", result.key, "would run: never built into this store", ingredients=listed
             )
         entry, changes = found
-        code_changed = entry.provenance.get("rule_code") not in (None, code_digest(target.rule))
+        code_changed = entry.provenance.get("rule_code") not in (None, code_digest(target.rule, cache.stat_cache))
         summary = (
             f"would run: its key differs from {short(entry.key)}, built at {entry.provenance.get('finished', '?')}"
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import calendar
 import contextlib
 import enum
+import itertools
 import json
 import os
 import secrets
@@ -318,7 +319,7 @@ class ActionCache:
         remembered = self.memo.get(path)
         if remembered is not None and remembered[0] == signature:
             tree_digest, files, checksums, rule_code, kept = remembered[1:]
-            manifest = Manifest(tuple(FileEntry(*item) for item in files))
+            manifest = Manifest(tuple(itertools.starmap(FileEntry, files)))
         else:
             data = self._read_ahead.pop(path, None)
             parsed = self.read_entry(key) if data is None else verify_entry(key, data, path)
@@ -329,12 +330,13 @@ class ActionCache:
             kept = parsed.provenance.get("checkpoints", {})
             files = [(f.path, f.digest, f.size) for f in manifest.files]
             self.memo.put(path, (signature, tree_digest, files, checksums, rule_code, kept))
-        problem = self.store.verify_outputs(layout.output(key), manifest, checksums)
+        output = layout.output(key)
+        problem = self.store.verify_outputs(output, manifest, checksums)
         if not problem and whole:
             problem = self._kept_problem(kept)
         if problem:
             return Lookup(None, problem)
-        return Lookup(Outputs(key, tree_digest, manifest, self.output_dir(key), rule_code))
+        return Lookup(Outputs(key, tree_digest, manifest, self.store.location(output), rule_code))
 
     def _kept_problem(self, kept: dict[str, str]) -> str | None:
         """Why the entries of the states an entry names as kept are not all usable (None

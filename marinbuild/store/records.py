@@ -114,9 +114,18 @@ class Records:
 
     # -- invocations -----------------------------------------------------------------------
 
-    def write_invocation(self, record: dict[str, Any], events: bytes | None = None) -> None:
-        """Create or update an invocation record (`id` names it), and its event stream."""
-        self.store.write_bytes(layout.invocation(record["id"]), canonical_json(record).encode())
+    def write_invocation(
+        self, record: dict[str, Any], events: bytes | None = None, targets_json: str | None = None
+    ) -> None:
+        """Create or update an invocation record (`id` names it), and its event stream.
+
+        `targets_json`: the record's `targets`, given as JSON text already (the build's
+        `--json` output is made of the same text: a no-op's lists 10,000 targets)."""
+        text = canonical_json(record)
+        if targets_json is not None:
+            assert "targets" not in record
+            text = f'{text[:-1]},"targets":{targets_json}}}'
+        self.store.write_bytes(layout.invocation(record["id"]), text.encode())
         if events is not None:
             self.store.write_bytes(layout.invocation_events(record["id"]), events)
 

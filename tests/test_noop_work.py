@@ -1,0 +1,123 @@
+"""What a no-op build does — its *work*, never its time (bench/noop.py measures that).
+
+A no-op build of a cached workspace must decide that nothing changed from memos checked by
+`stat` alone: it starts no process, reads no BUILD or .star file (the package memo), no
+Python source (rule code digests go through the stat cache), no entry or output file (the
+entries memo and the stat cache), and writes nothing but its invocation record and event
+stream: no memo is rewritten. Each of these is a shortcut whose loss would cost a no-op of
+10,000 targets a tenth of a second or more, and which no timing on a shared machine would
+reliably catch. The events come from Python's audit hooks (tests/helpers_audit.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers_audit import Traced, backdate, run_traced, run_untraced
+
+# A rule module in a package with a helper, a .star macro, a glob, sources and a chain.
+FILES = {
+    "myrules/__init__.py": "",
+    "myrules/checks.py": """\
+        def check(attrs):
+            if attrs["text"] == "forbidden":
+                raise ValueError("text may not be 'forbidden'")
+        """,
+    "myrules/defs.py": """\
+        from marinbuild.targets import attrs as types
+        from marinbuild.targets.attrs import Attr
+        from marinbuild.targets.rule import Rule
+        from myrules.checks import check
+
+
+        def _write(ctx):
+            (ctx.out / "text.txt").write_text(ctx.attrs["text"])
+
+
+        write_text = Rule(name="write_text", impl=_write, attrs={"text": Attr(types.STRING)}, validate=check)
+        """,
+    "p/BUILD.marin": """\
+        load(":macros.star", "counted")
+        write_text(name = "hello", text = "hi")
+        counted("n", ":hello")
+        genrule(name = "all", srcs = glob(["*.txt"]), outs = ["all.txt"], cmd = "cat $(SRCS) > $@")
+        """,
+    "p/macros.star": """\
+        def counted(name, src):
+            genrule(name = name, srcs = [src], outs = [name + ".txt"], cmd = "wc -c < $(SRCS) > $@")
+        """,
+    "p/a.txt": "a\n",
+    "q/BUILD.marin": 'genrule(name = "q", srcs = ["//p:n"], outs = ["q.txt"], cmd = "cat $(SRCS) > $@")\n',
+}
+CONFIG = 'rules = ["myrules.defs"]\n'
+LABELS = {"//p:hello", "//p:n", "//p:all", "//q:q"}
+
+
+@pytest.fixture
+def cached(make_workspace) -> Path:
+    """A workspace built, backdated (every digest then trusted) and built again: cached."""
+    ws = make_workspace(FILES, config=CONFIG)
+    run_untraced(ws, "build", "//...")
+    backdate(ws)
+    run_untraced(ws, "build", "//...")
+    return ws
+
+
+def noop(ws: Path) -> Traced:
+    traced = run_traced(ws, "build", "--json", "//...")
+    assert traced.rc == 0, traced.stderr
+    assert {item["label"]: item["status"] for item in json.loads(traced.stdout)["targets"]} == dict.fromkeys(
+        LABELS, "cached"
+    )
+    return traced
+
+
+def in_workspace(ws: Path, paths: list[str]) -> list[str]:
+    """The paths inside `ws`, relative to it, in the order they came."""
+    root = str(ws.resolve()) + "/"
+    return [path.removeprefix(root) for path in paths if path.startswith(root)]
+
+
+def test_a_noop_starts_no_process(cached):
+    """Not git (the workspace is in no repository: nothing is asked), not `uname -p`
+    (which platform.platform() starts), not an accelerator probe."""
+    assert noop(cached).processes == []
+
+
+def test_a_noop_reads_only_its_settings_memos_and_salt(cached):
+    traced = noop(cached)
+    read = in_workspace(cached, traced.paths("read"))
+    assert sorted(path for path in read if "/__pycache__/" not in path) == [
+        ".marinbuild/entries.pickle",
+        ".marinbuild/packages.pickle",
+        ".marinbuild/stat-cache.pickle",
+        "cache/store.json",
+        "marinbuild.toml",
+    ]
+    # Nor any Python source anywhere: modules come from their bytecode, and the digests of
+    # rule code (the package memo's fingerprint, each entry's rule_code) from the stat cache.
+    assert [path for path in traced.paths("read") if path.endswith(".py")] == []
+
+
+def test_a_noop_writes_only_its_invocation_record_and_event_stream(cached):
+    traced = noop(cached)
+    renamed = in_workspace(cached, traced.paths("rename"))
+    record = next(path for path in renamed if path.endswith(".json"))
+    invocation = record.removeprefix("cache/invocations/").removesuffix(".json")
+    # Written when the build starts and again when it ends, each atomically (a temporary
+    # file renamed); no memo is rewritten: nothing in them changed.
+    assert renamed == [record, record, f"cache/invocations/{invocation}.events.jsonl"]
+    written = in_workspace(cached, traced.paths("write"))
+    assert len(written) == 3 and all(path.startswith(f"cache/invocations/.{invocation}.") for path in written)
+
+
+def test_the_invocation_record_lists_what_json_printed(cached):
+    traced = noop(cached)
+    record = next(path for path in traced.paths("rename") if path.endswith(".json"))
+    targets = json.loads(Path(record).read_text())["targets"]
+    assert targets == json.loads(traced.stdout)["targets"]
+    order = [item["label"] for item in targets]
+    assert sorted(order) == sorted(LABELS)
+    assert order.index("//p:hello") < order.index("//p:n") < order.index("//q:q")  # dependencies first
