@@ -1,0 +1,170 @@
+"""`dedup`: exact, near-duplicate and paragraph dedup across every shard of its inputs.
+
+A sharded rule (docs/rules.md#sharded-steps) in the three phases of `rules.webdata.dedup`:
+
+1. a *map* unit per input shard, keyed by the shard's content and the dedup config only
+   (not its name nor its input), writing the shard's signatures: adding a shard maps that
+   shard alone, and a shard two inputs share is mapped once;
+2. the *reduce* (`find_clusters`), in the driver, over every shard's signatures in the
+   stable order (the inputs in the order given, then the splits, then the shards by
+   name), writing one decision file per shard;
+3. an *apply* unit per shard, keyed by the shard's content and its decision file's
+   content: it writes the kept documents and the shard's cluster members. A shard whose
+   decisions did not change (no document of it joined or left a cluster, no cluster it is
+   in changed its first member) is not applied again.
+
+The output is a corpus in the layout of every data rule (`train/`, `validation/`,
+`summary.json`, the shards numbered again across the inputs), with every cluster member,
+kept or removed, under `clusters/` for a researcher to inspect, and `summary.json`
+counting the documents removed as exact and near duplicates and the paragraphs removed.
+
+This module imports no numpy when BUILD files load: `rules.webdata.dedup` is imported by
+the functions that run the phases.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from marinbuild.targets import Attr, Resources, Rule, ShardResult, ShardUnit
+from marinbuild.targets import attrs as types
+from marinbuild.targets.attrs import AttrError, JsonValue
+from marinbuild.targets.context import Context
+from rules.corpus_shards import SPLITS, SUMMARY, corpus_root
+from rules.webdata.dedup_config import DedupConfig
+from rules.webdata.documents import Skips, read_documents
+
+CLUSTERS = "clusters"
+_KEPT, _MEMBERS, _COUNTS = "kept.jsonl", "clusters.jsonl", "counts.json"  # an apply unit's outputs
+
+
+def _config(attrs: Mapping[str, JsonValue]) -> DedupConfig:
+    return DedupConfig.from_spec(attrs["exact"], attrs["fuzzy"], attrs["paragraphs"])
+
+
+def _check(attrs: Mapping[str, JsonValue]) -> None:
+    """At load: at least one input, and a valid dedup config (an error at the BUILD line)."""
+    if not attrs["data"]:
+        raise AttrError("dedup: data must list at least one corpus")
+    _config(attrs)
+
+
+def _shard(ctx: Context) -> Path:
+    """The unit's shard under its original file name (documents without an id are named after it)."""
+    shard = ctx.tmp / ctx.attrs["shard_name"]
+    shard.symlink_to(ctx.location("shard"))
+    return shard
+
+
+def map_unit(ctx: Context) -> None:
+    """Phase 1, one unit: the signatures of one shard's documents."""
+    from rules.webdata.dedup import map_shard
+
+    skips = Skips()
+    config = DedupConfig.from_spec(**ctx.attrs["config"])
+    documents = map_shard(read_documents(ctx.location("shard"), skips), config, ctx.out)
+    ctx.progress(documents, None, "docs")
+
+
+def apply_unit(ctx: Context) -> None:
+    """Phase 3, one unit: one shard's kept documents and cluster members, by its decisions."""
+    from rules.webdata.dedup import ClusterMember, Deduplication, ShardDecisions
+
+    marks = ctx.location("paragraphs") if "paragraphs" in ctx.inputs else None
+    deduplication = Deduplication(ShardDecisions(ctx.location("clusters"), marks))
+    skips = Skips()
+    with open(ctx.out / _KEPT, "w", encoding="utf-8") as kept, open(ctx.out / _MEMBERS, "w", encoding="utf-8") as out:
+        for item in deduplication.run(read_documents(_shard(ctx), skips)):
+            target = out if isinstance(item, ClusterMember) else kept
+            target.write(json.dumps(item.to_json(), ensure_ascii=False) + "\n")
+    ctx.progress(deduplication.documents, None, "docs")
+    (ctx.out / _COUNTS).write_text(json.dumps({"dedup": deduplication.to_json(), "skipped": skips.to_json()}))
+
+
+def _dedup(ctx: Context) -> None:
+    """The driver: map every shard, find the clusters, apply them shard by shard."""
+    from rules.webdata.dedup import find_clusters
+
+    config = _config(ctx.attrs)
+    shards: list[tuple[str, Path]] = []  # (output name, input shard) in the stable order
+    for split in SPLITS:
+        numbered = 0
+        for label in ctx.attrs["data"]:
+            for path in sorted((corpus_root(ctx.files(label)) / split).glob("shard-*.jsonl")):
+                shards.append((f"{split}/shard-{numbered:05d}.jsonl", path))
+                numbered += 1
+    maps = ctx.map_shards(
+        "rules.webdata.dedup_rule:map_unit",
+        [ShardUnit(name, {"shard": path}, {"config": config.to_json()}) for name, path in shards],
+    )
+    clusters = find_clusters([result.root for result in maps], config, ctx.tmp / "decisions")
+    units = []
+    for (name, path), decisions in zip(shards, clusters.shards):
+        files = {"shard": path, "clusters": decisions.clusters}
+        if decisions.paragraphs is not None:
+            files["paragraphs"] = decisions.paragraphs
+        units.append(ShardUnit(name, files, {"shard_name": path.name}))
+    results = ctx.map_shards("rules.webdata.dedup_rule:apply_unit", units)
+    for result in results:
+        result.place(_KEPT, ctx.out / result.name)
+        result.place(_MEMBERS, ctx.out / CLUSTERS / result.name)
+    summary = {**_summary(results), "config": config.to_json(), "clusters": clusters.counts.to_json()}
+    (ctx.out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def _summary(results: list[ShardResult]) -> dict[str, Any]:
+    """The counts of every apply unit, added up: documents kept per split, and removed by reason."""
+    documents: Counter[str] = Counter()
+    shards: Counter[str] = Counter()
+    removed: Counter[str] = Counter()
+    skipped: dict[str, dict[str, Any]] = {}
+    for result in results:
+        split = Path(result.name).parent.name
+        counts = result.read_json(_COUNTS)
+        documents[split] += counts["dedup"]["kept"]
+        shards[split] += 1
+        removed.update(counts["dedup"]["removed"])
+        removed.update(paragraph=counts["dedup"]["paragraphs_removed"], emptied=counts["dedup"]["emptied"])
+        for reason, skip in counts["skipped"].items():
+            known = skipped.setdefault(reason, {"count": 0, "first": f"{split}/{skip['first']}"})
+            known["count"] += skip["count"]
+    return {
+        "documents": {split: documents[split] for split in SPLITS},
+        "shards": {split: shards[split] for split in SPLITS},
+        "removed": {
+            "exact": removed["exact duplicate"],
+            "near": removed["near duplicate"],
+            "paragraphs": removed["paragraph"],
+            "emptied": removed["emptied"],
+        },
+        "skipped": skipped,
+    }
+
+
+dedup = Rule(
+    name="dedup",
+    impl=_dedup,
+    attrs={
+        "data": Attr(types.LABEL_LIST, doc="Corpora (outputs of data rules), deduplicated together, in this order."),
+        "exact": Attr(types.BOOL, default=True, doc="Remove documents whose normalised text another has."),
+        "fuzzy": Attr(
+            types.JSON,
+            default=True,
+            doc="Near duplicates by MinHash LSH: {'ngram': 5, 'bands': 25, 'rows': 4, 'threshold': 0.6, "
+            "'seed': 0} (any of them), True for these defaults, False for off.",
+        ),
+        "paragraphs": Attr(
+            types.JSON,
+            default=False,
+            doc="Paragraph dedup by a Bloom filter: {'false_positive_rate': 0.001}, True for it, False for off.",
+        ),
+    },
+    validate=_check,
+    resources=Resources(cpu=2),
+    sharded=True,
+    metrics_file=SUMMARY,
+)

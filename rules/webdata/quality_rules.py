@@ -1,0 +1,206 @@
+"""`train_quality_classifier` and `score_quality`: a fastText quality classifier as a step,
+and a corpus scored by it and cut, shard by shard.
+
+`train_quality_classifier` is a plain step: one model (`model.bin`) trained on the train
+split of two corpora (`rules.webdata.quality`: DCLM's fastText bigrams), deterministic, so
+the same documents and hyper-parameters give the same model file and every key downstream
+stays the same.
+
+`score_quality` is a sharded rule (docs/rules.md#sharded-steps) in two phases: a *score*
+unit per shard, keyed by the shard's content, its file name and the model's content,
+writes the shard's documents with their score in `metadata.quality_score` and a histogram
+of the scores; then the cut is `threshold`, or for `top_fraction` the edge the driver
+finds over every shard's histogram (`top_fraction_cut`); then a *cut* unit per shard,
+keyed by the scored shard's content and the cut, keeps the documents at or above it and
+puts the others under `rejected/`. Changing the cut scores nothing again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from marinbuild.targets import Attr, Resources, Rule, ShardUnit
+from marinbuild.targets import attrs as types
+from marinbuild.targets.attrs import AttrError, JsonValue
+from marinbuild.targets.context import Context, StepFailed
+from rules.corpus_shards import PROGRESS_EVERY, SPLITS, SUMMARY, corpus_root
+from rules.webdata.documents import Document, Skips, read_documents
+from rules.webdata.filters import QualityThreshold
+from rules.webdata.quality import QualityHyperparameters
+
+MODEL = "model.bin"
+REJECTED = "rejected"
+_SCORED, _HISTOGRAM = "scored.jsonl", "histogram.npy"  # a score unit's outputs
+_KEPT, _REJECTED, _COUNTS = "kept.jsonl", "rejected.jsonl", "counts.json"  # a cut unit's outputs
+
+
+# -- train_quality_classifier -------------------------------------------------------------------
+
+
+def _check_training(attrs: Mapping[str, JsonValue]) -> None:
+    QualityHyperparameters.from_spec(attrs["hyperparameters"])
+
+
+def _train_documents(ctx: Context, label: str, skips: Skips) -> Iterator[Document]:
+    for shard in sorted((corpus_root(ctx.files(label)) / "train").glob("shard-*.jsonl")):
+        yield from read_documents(shard, skips)
+
+
+def _train_quality_classifier(ctx: Context) -> None:
+    """Train the model on the positive and negative corpora's train splits."""
+    from rules.webdata.quality import train_classifier
+
+    skips = Skips()
+    trained = train_classifier(
+        _train_documents(ctx, ctx.attrs["positive"], skips),
+        _train_documents(ctx, ctx.attrs["negative"], skips),
+        QualityHyperparameters.from_spec(ctx.attrs["hyperparameters"]),
+        ctx.out / MODEL,
+        ctx.tmp / "training",
+    )
+    summary = {**trained.to_json(), "skipped": skips.to_json()}
+    (ctx.out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+train_quality_classifier = Rule(
+    name="train_quality_classifier",
+    impl=_train_quality_classifier,
+    attrs={
+        "positive": Attr(types.LABEL, doc="A corpus of what good data looks like (its train split is read)."),
+        "negative": Attr(types.LABEL, doc="A corpus of what the classifier should score low."),
+        "hyperparameters": Attr(
+            types.JSON,
+            default={},
+            doc="fastText's: epoch, lr, word_ngrams, dim, min_count, bucket, seed (rules.webdata.quality).",
+        ),
+    },
+    validate=_check_training,
+    metrics_file=SUMMARY,
+)
+
+
+# -- score_quality --------------------------------------------------------------------------------
+
+
+def _check_scoring(attrs: Mapping[str, JsonValue]) -> None:
+    threshold, top = attrs["threshold"], attrs["top_fraction"]
+    if (threshold is None) == (top is None):
+        raise AttrError("score_quality takes either threshold or top_fraction, not both nor neither")
+    if threshold is not None:
+        QualityThreshold(threshold=threshold)
+    elif not 0 < top <= 1:
+        raise AttrError(f"top_fraction must be above 0 and at most 1, got {top}")
+
+
+def score_unit(ctx: Context) -> None:
+    """One unit: a shard's documents with their scores, and the scores' histogram."""
+    import numpy as np
+
+    from rules.webdata.quality import QualityScorer, score_histogram
+
+    shard = ctx.tmp / ctx.attrs["shard_name"]  # documents without an id are named after it
+    shard.symlink_to(ctx.location("shard"))
+    scorer = QualityScorer(ctx.location("model"))
+    skips = Skips()
+    scores = []
+    with open(ctx.out / _SCORED, "w", encoding="utf-8") as out:
+        for document in read_documents(shard, skips):
+            scored = scorer.annotate(document)
+            scores.append(scored.metadata[scorer.field])
+            out.write(json.dumps(scored.to_json(), ensure_ascii=False) + "\n")
+            if len(scores) % PROGRESS_EVERY == 0:
+                ctx.progress(len(scores), None, "docs")
+    ctx.progress(len(scores), None, "docs")
+    np.save(ctx.out / _HISTOGRAM, score_histogram(scores), allow_pickle=False)
+    (ctx.out / _COUNTS).write_text(json.dumps({"skipped": skips.to_json()}))
+
+
+def cut_unit(ctx: Context) -> None:
+    """One unit: a scored shard's documents at or above the cut, and the others apart."""
+    keep = QualityThreshold(threshold=ctx.attrs["threshold"])
+    skips = Skips()
+    counts = {"kept": 0, "rejected": 0}
+    with open(ctx.out / _KEPT, "w", encoding="utf-8") as kept, open(ctx.out / _REJECTED, "w", encoding="utf-8") as out:
+        for document in read_documents(ctx.location("shard"), skips):
+            verdict = keep.apply(document)
+            if isinstance(verdict, str):
+                out.write(json.dumps({**document.to_json(), "reason": verdict}, ensure_ascii=False) + "\n")
+                counts["rejected"] += 1
+            else:
+                kept.write(json.dumps(document.to_json(), ensure_ascii=False) + "\n")
+                counts["kept"] += 1
+    if skips.total:
+        raise StepFailed(f"a scored shard has lines that are not documents: {skips.to_json()}")
+    (ctx.out / _COUNTS).write_text(json.dumps(counts))
+
+
+def _model(ctx: Context) -> Path:
+    for path in ctx.files(ctx.attrs["classifier"]):
+        if path.name == MODEL:
+            return path
+    raise StepFailed(f"{ctx.attrs['classifier']} has no {MODEL}: expected a train_quality_classifier target")
+
+
+def _score_quality(ctx: Context) -> None:
+    """The driver: score every shard, find the cut, cut every shard."""
+    import numpy as np
+
+    from rules.webdata.quality import top_fraction_cut
+
+    root = corpus_root(ctx.files(ctx.attrs["data"]))
+    model = _model(ctx)
+    shards = [
+        (f"{split}/{path.name}", path) for split in SPLITS for path in sorted((root / split).glob("shard-*.jsonl"))
+    ]
+    scored = ctx.map_shards(
+        "rules.webdata.quality_rules:score_unit",
+        [ShardUnit(name, {"shard": path, "model": model}, {"shard_name": path.name}) for name, path in shards],
+    )
+    threshold = ctx.attrs["threshold"]
+    if threshold is None:
+        threshold = top_fraction_cut((np.load(result.path(_HISTOGRAM)) for result in scored), ctx.attrs["top_fraction"])
+    cut = ctx.map_shards(
+        "rules.webdata.quality_rules:cut_unit",
+        [ShardUnit(result.name, {"shard": result.path(_SCORED)}, {"threshold": threshold}) for result in scored],
+    )
+    documents: Counter[str] = Counter()
+    rejected: Counter[str] = Counter()
+    skipped: dict[str, dict[str, Any]] = {}
+    for scores, result in zip(scored, cut):
+        split = Path(result.name).parent.name
+        result.place(_KEPT, ctx.out / result.name)
+        result.place(_REJECTED, ctx.out / REJECTED / result.name)
+        counts = result.read_json(_COUNTS)
+        documents[split] += counts["kept"]
+        rejected[split] += counts["rejected"]
+        for reason, skip in scores.read_json(_COUNTS)["skipped"].items():
+            known = skipped.setdefault(reason, {"count": 0, "first": f"{split}/{skip['first']}"})
+            known["count"] += skip["count"]
+    summary = {
+        "documents": {split: documents[split] for split in SPLITS},
+        "rejected": {split: rejected[split] for split in SPLITS},
+        "threshold": threshold,
+        "top_fraction": ctx.attrs["top_fraction"],
+        "skipped": skipped,
+    }
+    (ctx.out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+score_quality = Rule(
+    name="score_quality",
+    impl=_score_quality,
+    attrs={
+        "data": Attr(types.LABEL, doc="A corpus: the output of a data rule."),
+        "classifier": Attr(types.LABEL, doc="A train_quality_classifier target."),
+        "threshold": Attr(types.FLOAT, default=None, doc="Keep documents scoring at least this."),
+        "top_fraction": Attr(types.FLOAT, default=None, doc="Keep this share of the corpus's best documents."),
+    },
+    validate=_check_scoring,
+    resources=Resources(cpu=2),
+    sharded=True,
+    metrics_file=SUMMARY,
+)
