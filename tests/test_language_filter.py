@@ -67,8 +67,8 @@ def language_workspace(tmp_path_factory) -> tuple[Path, dict]:
 
 
 @contextlib.contextmanager
-def _declared(ws: Path, seed: int, model: str) -> Iterator[None]:
-    (ws / "p" / "BUILD.marin").write_text(BUILD.format(seed=seed, model=model))
+def _declared(ws: Path, seed: int, model: str, extra: str = "") -> Iterator[None]:
+    (ws / "p" / "BUILD.marin").write_text(BUILD.format(seed=seed, model=model) + extra)
     try:
         yield
     finally:
@@ -112,6 +112,16 @@ def test_the_model_s_digest_is_in_each_unit_s_key(language_workspace, tmp_path):
     with _declared(ws, seed=1, model="lid.bin"):
         same = build_json(ws, "//p:filtered")
     assert statuses(same)["//p:filtered"] == "built" and _units(store) == before
+    # ... and in a directory of this machine, an external artifact pinned by its digest.
+    (tmp_path / "models").mkdir()
+    shutil.copy(model, tmp_path / "models" / "lid.176.bin")
+    with _declared(
+        ws, seed=1, model=":lid_external", extra=f'external(name = "lid_external", url = "{tmp_path}/models")\n'
+    ):
+        rc, _, err = run_cli(ws, "pin", "//p:lid_external")
+        assert rc == 0, err
+        pinned = build_json(ws, "//p:filtered")
+    assert statuses(pinned)["//p:lid_external"] == "pinned" and _units(store) == before
     # Another model (another seed, other bytes): every shard is filtered again, nothing upstream.
     with _declared(ws, seed=2, model=":lid"):
         other = build_json(ws, "//p:filtered")
