@@ -202,3 +202,22 @@ filter_text(name = "f", data = ":corpus", language_model = ":no_model", filters 
     )
     rc, _, err = run_cli(ws, "build", "//p:f")
     assert rc == 1 and "//p:no_model must hold exactly one fastText model file" in err and "Traceback" not in err
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {path.relative_to(root).as_posix(): path.read_bytes() for path in root.rglob("*") if path.is_file()}
+
+
+def test_the_pipeline_on_a_ray_cluster_gives_the_local_bytes(language_workspace, ray_cluster, tmp_path):
+    """Pages, extraction, the model's training and the filter with it, every unit a Ray task:
+    the outputs of a local build, byte for byte."""
+    ws, built = language_workspace
+    store = tmp_path / "ray-store"
+    on_ray = build_json(ws, "--executor", "ray", "--ray-address", ray_cluster, "//p:filtered", store=str(store))
+    assert set(statuses(on_ray).values()) == {"built"}
+    for label in ("//p:text", "//p:lid", "//p:filtered"):
+        assert _tree(Path(on_ray["by_label"][label]["output"])) == _tree(Path(built["by_label"][label]["output"]))
+    units = _units(store)
+    shards = json.loads((Path(on_ray["by_label"]["//p:text"]["output"]) / "summary.json").read_text())["shards"]
+    assert set(units.values()) == {1}
+    assert sum(unit.startswith("//p:filtered [") for unit in units) == sum(shards.values())
