@@ -190,6 +190,9 @@ hf_dataset = Rule(
 
 # The interpreter the build runs on; its standard library is the corpus.
 RUNNING_PYTHON = f"{platform.python_implementation()} {platform.python_version()}"
+# The attribute of a rule whose output depends on the interpreter (its standard library is
+# read, its version recorded): the key holds the version, and the step checks it runs on it.
+PYTHON_VERSION = Attr(types.STRING, default=RUNNING_PYTHON, doc="Set by marinbuild; part of the key.")
 _SKIPPED_DIRECTORIES = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
 
 
@@ -220,9 +223,22 @@ def chunk_lines(text: str, limit: int) -> Iterator[str]:
         yield "".join(piece)
 
 
-def _python_corpus(ctx: Context) -> None:
+def check_running_python(ctx: Context) -> None:
+    """In the step: the interpreter running it is the one its key names (PYTHON_VERSION)."""
     if ctx.attrs["python_version"] != RUNNING_PYTHON:
         raise StepFailed(f"this step runs on {RUNNING_PYTHON}, but its key says {ctx.attrs['python_version']}")
+
+
+def check_python_version(attrs: Mapping[str, JsonValue]) -> None:
+    """At load: PYTHON_VERSION was left to marinbuild (a ValueError names the BUILD line)."""
+    if attrs["python_version"] != RUNNING_PYTHON:
+        raise ValueError(
+            f"python_version is set by marinbuild to the running interpreter ({RUNNING_PYTHON}); leave it out"
+        )
+
+
+def _python_corpus(ctx: Context) -> None:
+    check_running_python(ctx)
     root = Path(sysconfig.get_paths()["stdlib"])
     digests: dict[str, str] = {}  # filled while documents are read, written into the summary after
 
@@ -237,10 +253,7 @@ def _python_corpus(ctx: Context) -> None:
 
 
 def _check_python_corpus(attrs: Mapping[str, JsonValue]) -> None:
-    if attrs["python_version"] != RUNNING_PYTHON:
-        raise ValueError(
-            f"python_version is set by marinbuild to the running interpreter ({RUNNING_PYTHON}); leave it out"
-        )
+    check_python_version(attrs)
     if attrs["chunk_characters"] < 1:
         raise ValueError(f"chunk_characters must be positive, got {attrs['chunk_characters']}")
     check_corpus_attrs(attrs)
@@ -266,7 +279,7 @@ python_corpus = Rule(
     ),
     attrs={
         "chunk_characters": Attr(types.INT, default=4000, doc="The longest document, in characters."),
-        "python_version": Attr(types.STRING, default=RUNNING_PYTHON, doc="Set by marinbuild; part of the key."),
+        "python_version": PYTHON_VERSION,
         **CORPUS_ATTRS,
     },
 )

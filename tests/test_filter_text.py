@@ -107,6 +107,3 @@ def test_a_bad_filter_is_an_error_at_its_build_line(make_workspace):
     rc, out, err = run_cli(ws, "build", "//p:f")
     assert rc == 2 and "p/BUILD.marin:1" in err and "unknown filter 'gopher_qualty'" in err, err
     assert "Traceback" not in err and not (ws / "cache").exists()
-    (ws / "p" / "BUILD.marin").write_text('filter_text(name = "f", data = ":x", filters = [{"name": "language"}])\n')
-    rc, out, err = run_cli(ws, "build", "//p:f")
-    assert rc == 2 and "p/BUILD.marin:1" in err and "does not take the language filter yet" in err, err

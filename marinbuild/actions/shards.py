@@ -71,18 +71,28 @@ def stored_files(
     cache: ActionCache, dependencies: Dependencies, inputs: Mapping[str, InputFiles]
 ) -> dict[str, UnitInput]:
     """Every input file of a step as a unit would read it, by its local path: an output
-    file with its manifest's digest (no hashing), a source file through the stat cache."""
+    file with its manifest's digest (no hashing); a source file, or a file of an external
+    artifact in a local directory, through the stat cache (hashed once, however many units
+    read it: a language model every shard's unit reads)."""
     found: dict[str, UnitInput] = {}
     for label, dependency in dependencies.items():
         files = inputs.get(label)
         if isinstance(dependency, Path):
-            digest, size = cache.stat_cache.digest(dependency)
-            found[os.path.abspath(dependency)] = UnitInput(dependency, FileEntry(dependency.name, digest, size), None)
-        elif files is not None and files.root is not None and not dependency.pinned:
+            found[os.path.abspath(dependency)] = _local_input(cache, dependency)
+        elif files is not None and files.root is not None and dependency.pinned:
+            for path in files.files:
+                found[os.path.abspath(path)] = _local_input(cache, path)
+        elif files is not None and files.root is not None:
             for item in dependency.manifest.files:
                 path = files.root / item.path
                 found[os.path.abspath(path)] = UnitInput(path, item, dependency.key)
     return found
+
+
+def _local_input(cache: ActionCache, path: Path) -> UnitInput:
+    """A file no manifest lists, known by its content: a host elsewhere gets it as a blob."""
+    digest, size = cache.stat_cache.digest(path)
+    return UnitInput(path, FileEntry(path.name, digest, size), None)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any
 from marinbuild.actions.keys import short
 from marinbuild.provenance import AttemptRecord, HistoryItem
 from marinbuild.provenance.compare import Comparison
+from marinbuild.provenance.data_counts import FIELDS, DataCounts, data_counts
 from marinbuild.provenance.explain import Explanation
 
 
@@ -120,9 +121,13 @@ def show_lines(description: dict) -> list[str]:
     ]
     if len(description["outputs"]) > _FILES_SHOWN:
         lines.append(f"    ... and {len(description['outputs']) - _FILES_SHOWN} more (--json lists them all)")
-    if description["metrics"]:
+    counts = data_counts(description["metrics"])
+    if counts is not None:
+        lines += data_lines(counts)
+    metrics = {name: value for name, value in description["metrics"].items() if counts is None or name not in FIELDS}
+    if metrics:
         lines.append("  metrics")
-        lines += [f"    {name}: {value}" for name, value in description["metrics"].items()]
+        lines += [f"    {name}: {value}" for name, value in metrics.items()]
     if description["measured"]:
         lines.append("  measured by the attempt that built it (not part of the output)")
         lines += [f"    {name}: {value}" for name, value in description["measured"].items()]
@@ -136,6 +141,27 @@ def show_lines(description: dict) -> list[str]:
 
 
 _FILES_SHOWN = 20
+
+
+def data_lines(counts: DataCounts) -> list[str]:
+    """A data step's documents, what each filter kept and rejected (by reason), and its skips."""
+    splits = ", ".join(f"{split} {count:,}" for split, count in counts.documents)
+    lines = [f"  documents    {counts.total_documents:,} ({splits})"]
+    if counts.filters:
+        lines.append("  filters, in order (each sees what those before it kept)")
+        width = max(len(item.name) for item in counts.filters)
+        for item in counts.filters:
+            share = f" ({item.kept_share:.1%})" if item.kept_share is not None else ""
+            reasons = ", ".join(f"{reason} {count:,}" for reason, count in item.reasons)
+            lines.append(
+                f"    {item.name:{width}}  seen {item.seen:,}  kept {item.kept:,}{share}  rejected {item.rejected:,}"
+                + (f": {reasons}" if reasons else "")
+            )
+    if counts.skipped:
+        lines.append(f"  skipped      {counts.total_skipped:,} inputs passed over")
+        width = max(len(item.reason) for item in counts.skipped)
+        lines += [f"    {item.reason:{width}}  {item.count:,}  first at {item.first}" for item in counts.skipped]
+    return lines
 
 
 def _input_lines(inputs: dict, indent: str) -> list[str]:

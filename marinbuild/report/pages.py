@@ -19,6 +19,7 @@ from marinbuild.actions.keys import checkpoint_key
 from marinbuild.hashing import digest_bytes
 from marinbuild.provenance.compare import evaluation_prefixes
 from marinbuild.provenance.compare import hyperparameters as run_hyperparameters
+from marinbuild.provenance.data_counts import DataCounts, data_counts
 from marinbuild.report import diagram, plots
 from marinbuild.report.collect import SUMMARY_FILE, AttemptView, OutputFile, Report, StepReport, StepStatus
 
@@ -539,6 +540,35 @@ def _outputs_block(step: StepReport) -> str:
     return "\n".join(parts)
 
 
+def _data_block(counts: DataCounts) -> str:
+    """A data step's documents per split, each filter's counts in chain order, and its skips."""
+    splits = ", ".join(f"{escape(split)} {count:,}" for split, count in counts.documents)
+    parts = [f"<p>{counts.total_documents:,} documents ({splits}).</p>"]
+    if counts.filters:
+        rows = [
+            [
+                f"<td>{escape(item.name)}</td>",
+                _cell(item.seen),
+                _cell(item.kept),
+                _cell(None if item.kept_share is None else round(100 * item.kept_share, 1)),
+                _cell(item.rejected),
+                _cell(", ".join(f"{reason} {count:,}" for reason, count in item.reasons)),
+            ]
+            for item in counts.filters
+        ]
+        parts += [
+            '<p class="meta">Filters in chain order: each sees what those before it kept.</p>',
+            _table(["filter", "seen", "kept", "kept %", "rejected", "rejected by reason"], rows, "filters-table"),
+        ]
+    if counts.skipped:
+        rows = [[_cell(item.reason), _cell(item.count), _cell(item.first)] for item in counts.skipped]
+        parts += [
+            f'<p class="meta">{counts.total_skipped:,} inputs passed over, by reason.</p>',
+            _table(["skipped", "count", "first met at"], rows, "skipped-table"),
+        ]
+    return "\n".join(parts)
+
+
 def _checkpoint_facts(step: StepReport) -> list[tuple[str, str]]:
     """The checkpoints a training keeps (each an entry of its own, by key), and the one a
     target reads instead of a whole output (docs/checkpoints.md)."""
@@ -599,6 +629,9 @@ def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
     if curves:
         body += ['<h2>Loss curves</h2><figure id="loss-curves">', plots.curves_svg(curves, step.label), "</figure>"]
     summary = step.json_file(SUMMARY_FILE)
+    counts = data_counts(summary) if isinstance(summary, dict) else None
+    if counts is not None:
+        body += ['<h2 id="documents">Documents</h2>', _data_block(counts)]
     if isinstance(summary, dict):
         body += [f"<h3>{SUMMARY_FILE}</h3>", _json_block(summary)]
     if step.fit is not None:

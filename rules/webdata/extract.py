@@ -20,6 +20,8 @@ breaks midway is counted as one `unreadable warc` skip, and its earlier records 
 from __future__ import annotations
 
 import codecs
+import gzip
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,7 @@ from rules.webdata.documents import Document, MetadataValue, Skips
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 DEFAULT_CHARSET = "utf-8"  # what HTML5 assumes when neither the HTTP header nor a <meta> says
+WARC_MAGIC = b"WARC/"  # how every WARC record begins
 
 
 @dataclass(frozen=True)
@@ -112,12 +115,29 @@ def _from_record(record: WarcRecord, where: str, config: ExtractConfig) -> Docum
     return _document(text, config, record.record_id or where, record.headers.get("WARC-Target-URI"), metadata)
 
 
-def read_warc(path: Path, skips: Skips, config: ExtractConfig = ExtractConfig()) -> Iterator[Document]:
+def is_warc(path: Path) -> bool:
+    """Whether the file begins as a WARC file does, gzipped or not: with a record's version
+    line (`WARC/1.0`). FastWARC reads anything else as a WARC file whose framing breaks at
+    once; this tells a file that is no WARC at all (a wrong input) from one that breaks."""
+    with open(path, "rb") as raw:
+        head = raw.read(2)
+    try:
+        with gzip.open(path, "rb") if head == b"\x1f\x8b" else open(path, "rb") as stream:
+            return stream.read(len(WARC_MAGIC)) == WARC_MAGIC
+    except (OSError, EOFError, zlib.error):  # a gzip stream that is not one
+        return False
+
+
+def read_warc(
+    path: Path, skips: Skips, config: ExtractConfig = ExtractConfig(), name: str | None = None
+) -> Iterator[Document]:
     """The documents of the HTML response records of one WARC file (gzipped or not).
 
     Other record types (warcinfo, request, metadata) are passed over without a count:
-    they are not pages. `skips` counts the response records that yield no document.
+    they are not pages. `skips` counts the response records that yield no document, where
+    they are named after the file's `name` (default: its file name).
     """
+    name = name or path.name
     with open(path, "rb") as stream:
         records = iter(ArchiveIterator(stream, record_types=WarcRecordType.response, parse_http=True))
         number = 0
@@ -127,10 +147,10 @@ def read_warc(path: Path, skips: Skips, config: ExtractConfig = ExtractConfig())
             except StopIteration:
                 return
             except (OSError, ValueError):  # FastWARC's error for framing it cannot parse
-                skips.add("unreadable warc", f"{path.name}:after record {number}")
+                skips.add("unreadable warc", f"{name}:after record {number}")
                 return
             number += 1
-            where = f"{path.name}:record {number}"
+            where = f"{name}:record {number}"
             document = _from_record(record, where, config)
             if isinstance(document, str):
                 skips.add(document, f"{where} ({record.headers.get('WARC-Target-URI')})")
@@ -138,17 +158,21 @@ def read_warc(path: Path, skips: Skips, config: ExtractConfig = ExtractConfig())
                 yield document
 
 
-def read_html(path: Path, skips: Skips, config: ExtractConfig = ExtractConfig()) -> Document | None:
-    """The document of one HTML file (UTF-8), its id and source the file's name; None if skipped."""
+def read_html(
+    path: Path, skips: Skips, config: ExtractConfig = ExtractConfig(), name: str | None = None
+) -> Document | None:
+    """The document of one HTML file (UTF-8), its id and source the file's `name` (default:
+    its file name); None if skipped."""
+    name = name or path.name
     if path.stat().st_size > config.max_payload_bytes:
-        skips.add("too large", path.name)
+        skips.add("too large", name)
         return None
     text = _decoded(path.read_bytes(), None)
     if text is None:
         document: Document | str = "invalid text encoding"
     else:
-        document = _document(text, config, path.name, None, {"content_type": "text/html"})
+        document = _document(text, config, name, None, {"content_type": "text/html"})
     if isinstance(document, str):
-        skips.add(document, path.name)
+        skips.add(document, name)
         return None
     return document

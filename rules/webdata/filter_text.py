@@ -9,8 +9,12 @@ each rejected document beside it under `rejected/`, with the filter that rejecte
 why, and `summary.json` counting what each filter saw, kept and rejected, and the input
 lines skipped (not JSON, no text...), by reason.
 
-This is the minimal rule: the language filter, whose fastText model must be an input of
-the step (its digest in the key, never a path), is not offered yet.
+The language filter's fastText model is an input of the step, `language_model`: a label
+(a `train_fasttext` target, an `external` directory pinned by its digest, a source file),
+never a path in the filter's spec. Each unit reads it as a file of its own, so its
+content digest is in every unit's key: another model filters every shard again, and
+the same model under another name or place reruns nothing. In the chain's specs (and in
+summary.json) the filter's `model` names that input: `"language_model"`.
 """
 
 from __future__ import annotations
@@ -24,24 +28,58 @@ from typing import Any
 from marinbuild.targets import Attr, Resources, Rule, ShardResult, ShardUnit
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import AttrError, JsonValue
-from marinbuild.targets.context import Context
+from marinbuild.targets.context import Context, StepFailed
 from rules.corpus_shards import PROGRESS_EVERY, SPLITS, SUMMARY, corpus_root
 from rules.webdata.documents import Skips, read_documents
 from rules.webdata.filters import FilterChain, Rejection, make_filter
 
 REJECTED = "rejected"
 _KEPT, _REJECTED, _COUNTS = "kept.jsonl", "rejected.jsonl", "counts.json"  # a unit's outputs
+_COUNTED = ("name", "seen", "kept", "rejected", "reasons")  # what a unit counts of each filter
+LANGUAGE_MODEL = "language_model"  # the attribute, and a unit's file, of the language filter's model
+MODEL_SUFFIXES = (".bin", ".ftz")  # a fastText model file, plain or quantized
+
+
+def _specs(filters: list[Mapping[str, JsonValue]]) -> list[Mapping[str, JsonValue]]:
+    """The chain's specs as units read them: the language filter's model is the unit's file."""
+    return [_with_model(spec, LANGUAGE_MODEL) for spec in filters]
+
+
+def _with_model(spec: Mapping[str, JsonValue], model: str) -> Mapping[str, JsonValue]:
+    is_language = isinstance(spec, Mapping) and spec.get("name") == "language"
+    return {**spec, "model": model} if is_language else spec
 
 
 def _check(attrs: Mapping[str, JsonValue]) -> None:
-    """At load: every filter exists and its parameters are valid (an error at the BUILD line)."""
+    """At load: every filter exists and its parameters are valid, and the language filter
+    and its model come together (an error at the BUILD line)."""
     filters = attrs["filters"]
     if not isinstance(filters, list) or not filters:
         raise AttrError("filters must be a non-empty list of filters, e.g. [{'name': 'gopher_quality'}]")
-    for spec in filters:
-        if isinstance(spec, Mapping) and spec.get("name") == "language":
-            raise AttrError("filter_text does not take the language filter yet: its model must be an input of the step")
+    language = [spec for spec in filters if isinstance(spec, Mapping) and spec.get("name") == "language"]
+    if any("model" in spec for spec in language):
+        raise AttrError(
+            "the language filter takes its model from the step's language_model attribute, a label "
+            "(a train_fasttext target, an external directory or a file), not from a 'model' in its spec"
+        )
+    if language and attrs[LANGUAGE_MODEL] is None:
+        raise AttrError("the language filter needs language_model: the label of its fastText model")
+    if attrs[LANGUAGE_MODEL] is not None and not language:
+        raise AttrError("language_model is given, but no filter of the chain is 'language'")
+    if len(language) > 1:
+        raise AttrError("the chain has two language filters: one model, one filter")
+    for spec in _specs(filters):
         make_filter(spec)
+
+
+def _model_file(ctx: Context) -> Path:
+    """The one fastText model file (*.bin, *.ftz) the language_model input holds."""
+    label = ctx.attrs[LANGUAGE_MODEL]
+    models = [path for path in ctx.files(label) if path.name.endswith(MODEL_SUFFIXES)]
+    if len(models) != 1:
+        found = ", ".join(path.name for path in models) or "none"
+        raise StepFailed(f"{label} must hold exactly one fastText model file (*.bin or *.ftz), it holds {found}")
+    return models[0]
 
 
 def filter_shard(ctx: Context) -> None:
@@ -49,7 +87,10 @@ def filter_shard(ctx: Context) -> None:
     # Documents without an id are named after their shard's file: give it its name here.
     shard = ctx.tmp / ctx.attrs["shard_name"]
     shard.symlink_to(ctx.location("shard"))
-    chain = FilterChain.from_specs(ctx.attrs["filters"])
+    specs = ctx.attrs["filters"]
+    if LANGUAGE_MODEL in ctx.inputs:
+        specs = [_with_model(spec, str(ctx.location(LANGUAGE_MODEL))) for spec in specs]
+    chain = FilterChain.from_specs(specs)
     skips = Skips()
     with open(ctx.out / _KEPT, "w", encoding="utf-8") as kept, open(ctx.out / _REJECTED, "w", encoding="utf-8") as out:
         for item in chain.run(read_documents(shard, skips)):
@@ -61,15 +102,19 @@ def filter_shard(ctx: Context) -> None:
             if chain.documents % PROGRESS_EVERY == 0:
                 ctx.progress(chain.documents, None, "docs")
     ctx.progress(chain.documents, None, "docs")
-    (ctx.out / _COUNTS).write_text(json.dumps({"chain": chain.to_json(), "skipped": skips.to_json()}))
+    # Counts only: a filter's parameters are the driver's (the model's path is this host's).
+    counted = [{name: item[name] for name in _COUNTED} for item in chain.to_json()["filters"]]
+    counts = {"documents": chain.documents, "kept": chain.kept, "filters": counted}
+    (ctx.out / _COUNTS).write_text(json.dumps({"chain": counts, "skipped": skips.to_json()}))
 
 
 def _filter_text(ctx: Context) -> None:
     """The driver: a unit per shard of each split, then the corpus from their outputs."""
     root = corpus_root(ctx.files(ctx.attrs["data"]))
-    filters = [make_filter(spec).to_json() for spec in ctx.attrs["filters"]]  # defaults included
+    filters = [make_filter(spec).to_json() for spec in _specs(ctx.attrs["filters"])]  # defaults included
+    model = {LANGUAGE_MODEL: _model_file(ctx)} if ctx.attrs[LANGUAGE_MODEL] is not None else {}
     units = [
-        ShardUnit(f"{split}/{path.name}", {"shard": path}, {"filters": filters, "shard_name": path.name})
+        ShardUnit(f"{split}/{path.name}", {"shard": path, **model}, {"filters": filters, "shard_name": path.name})
         for split in SPLITS
         for path in sorted((root / split).glob("shard-*.jsonl"))
     ]
@@ -77,14 +122,15 @@ def _filter_text(ctx: Context) -> None:
     for result in results:
         result.place(_KEPT, ctx.out / result.name)
         result.place(_REJECTED, ctx.out / REJECTED / result.name)
-    (ctx.out / SUMMARY).write_text(json.dumps(_summary(results), indent=2, sort_keys=True) + "\n")
+    (ctx.out / SUMMARY).write_text(json.dumps(_summary(results, filters), indent=2, sort_keys=True) + "\n")
 
 
-def _summary(results: list[ShardResult]) -> dict[str, Any]:
-    """The counts of every unit, added up: documents kept per split, and per filter."""
+def _summary(results: list[ShardResult], specs: list[dict[str, JsonValue]]) -> dict[str, Any]:
+    """The counts of every unit, added up: documents kept per split, and per filter (each
+    with its parameters, `specs`)."""
     documents: Counter[str] = Counter()
     shards: Counter[str] = Counter()
-    filters: list[dict[str, Any]] = []
+    filters: list[dict[str, Any]] = [{**spec, "seen": 0, "kept": 0, "rejected": 0, "reasons": {}} for spec in specs]
     skipped: dict[str, dict[str, Any]] = {}
     for result in results:
         split = Path(result.name).parent.name
@@ -92,8 +138,6 @@ def _summary(results: list[ShardResult]) -> dict[str, Any]:
         documents[split] += counts["chain"]["kept"]
         shards[split] += 1
         for index, seen in enumerate(counts["chain"]["filters"]):
-            if index == len(filters):
-                filters.append({**seen, "seen": 0, "kept": 0, "rejected": 0, "reasons": {}})
             total = filters[index]
             for name in ("seen", "kept", "rejected"):
                 total[name] += seen[name]
@@ -120,6 +164,13 @@ filter_text = Rule(
             types.JSON,
             doc="The chain, in order: [{'name': 'gopher_quality', 'min_words': 50}, {'name': 'c4'}, ...]; "
             "a filter's parameters are checked when the BUILD file loads.",
+        ),
+        LANGUAGE_MODEL: Attr(
+            types.OPTIONAL_LABEL,
+            default=None,
+            omit_default=True,
+            doc="The language filter's fastText model: a train_fasttext target, an external directory or a "
+            "file holding one *.bin or *.ftz file.",
         ),
     },
     validate=_check,

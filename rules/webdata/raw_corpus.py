@@ -52,7 +52,7 @@ import re
 import sysconfig
 import textwrap
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -219,14 +219,31 @@ class Pool:
         return cls(
             prose=tuple(p for p in distinct if not p.code),
             code=tuple(p for p in distinct if p.code),
-            translations=_translations(),
+            translations=translations(),
         )
 
 
-def _translations() -> tuple[tuple[str, tuple[str, ...]], ...]:
+def pool_sources(stdlib_modules: int | None) -> dict[str, Path]:
+    """Every file `Pool.load(stdlib_modules)` reads, by a name that does not depend on where
+    Python is installed: a step's external inputs, so its key follows their content."""
+    from pydoc_data import topics
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    found = {path.relative_to(root).as_posix(): path for path in stdlib_files(root)[:stdlib_modules]}
+    found["pydoc_data/topics.py"] = Path(topics.__file__)
+    return {**found, **humanize_catalogs()}
+
+
+def humanize_catalogs() -> dict[str, Path]:
+    """humanize's message catalogs, by locale order: `humanize/<locale>/humanize.po`."""
+    catalogs = sorted(Path(str(resources.files("humanize") / "locale")).glob("*/LC_MESSAGES/humanize.po"))
+    return {f"humanize/{catalog.parent.parent.name}/{catalog.name}": catalog for catalog in catalogs}
+
+
+def translations() -> tuple[tuple[str, tuple[str, ...]], ...]:
     """humanize's translated phrases by locale (the msgstr lines of its .po catalogs)."""
     found = []
-    for catalog in sorted(Path(str(resources.files("humanize") / "locale")).glob("*/LC_MESSAGES/humanize.po")):
+    for catalog in humanize_catalogs().values():
         phrases = []
         for line in catalog.read_text(encoding="utf-8").splitlines():
             quoted = re.fullmatch(r'msgstr(?:\[\d+\])? (".*")', line)
@@ -673,11 +690,17 @@ def _warcinfo(writer: WARCWriter, name: str, spec: RawCorpusSpec) -> ArcWarcReco
     return writer.create_warc_record("", "warcinfo", payload=io.BytesIO(info), length=len(info), warc_headers=headers)
 
 
-def write_raw_corpus(spec: RawCorpusSpec, out: Path, corpus: RawCorpus | None = None) -> WrittenCorpus:
+def write_raw_corpus(
+    spec: RawCorpusSpec,
+    out: Path,
+    corpus: RawCorpus | None = None,
+    progress: Callable[[int], None] = lambda pages: None,
+) -> WrittenCorpus:
     """Write the WARC files of `spec` under `out/warc/` and `out/ground_truth.jsonl`.
 
     Files hold `pages_per_file` pages each (`part-00000.warc.gz`, ...), each page a
     request and a response record after the file's warcinfo record. Memory is one page.
+    `progress` is told the pages written, after each file.
     """
     corpus = corpus or RawCorpus(spec)
     directory = out / WARC_DIRECTORY
@@ -701,6 +724,7 @@ def write_raw_corpus(spec: RawCorpusSpec, out: Path, corpus: RawCorpus | None = 
                 if spec.truncate_last_record and last == spec.pages:
                     _write_truncated(writer, warc, corpus, name, truth)
                     kinds["malformed"] += 1
+            progress(last)
     size = sum((directory / name).stat().st_size for name in files)
     return WrittenCorpus(files=tuple(files), kinds=kinds, bytes=size)
 
