@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from marinbuild.targets.attrs import AttrError
 from marinbuild.targets.context import StepFailed
 from rules.webdata.documents import Document
+from rules.webdata.fasttext_train import MIN_INPUT_FLOATS, interleave, one_line, train_supervised
 from rules.webdata.filters import LABEL_PREFIX, QUALITY_SCORE, fasttext_model
 from rules.webdata.parameters import Parameters
 
@@ -41,7 +42,6 @@ if TYPE_CHECKING:  # imported where used: BUILD files check the hyper-parameters
     import numpy as np
 
 POSITIVE, NEGATIVE = "hq", "lq"
-MIN_INPUT_FLOATS = 2**23  # bucket x dim: 32 MiB of float32, always fresh zeroed pages (see above)
 BINS = 2**16  # of a score histogram: a power of two, so a bin's edge is exact in floating point
 
 
@@ -84,11 +84,6 @@ class QualityHyperparameters(Parameters):
         return wrong
 
 
-def one_line(text: str) -> str:
-    """The text as fastText reads a document: one line, whitespace runs one space."""
-    return " ".join(text.split())
-
-
 @dataclass(frozen=True)
 class TrainedClassifier:
     """What training saw and how well the model fits it (precision at 1 on its own training set)."""
@@ -111,16 +106,6 @@ def _write_class(documents: Iterable[Document], label: str, path: Path) -> int:
     return count
 
 
-def _interleave(positive: Path, negative: Path, counts: tuple[int, int], out: Path) -> None:
-    """Both files' lines into `out`, each taken when its set is furthest behind its share."""
-    with open(positive, encoding="utf-8") as good, open(negative, encoding="utf-8") as bad, open(out, "w") as lines:
-        taken = [0, 0]
-        for _ in range(sum(counts)):
-            side = 0 if taken[0] < counts[0] and taken[0] * counts[1] <= taken[1] * counts[0] else 1
-            lines.write((good if side == 0 else bad).readline())
-            taken[side] += 1
-
-
 def train_classifier(
     positive: Iterable[Document],
     negative: Iterable[Document],
@@ -131,8 +116,6 @@ def train_classifier(
     """Train on `positive` and `negative` documents and save the model at `model`; `work` is
     a directory for the training files. Empty documents are left out; a set with none left
     fails the step."""
-    import fasttext
-
     work.mkdir(parents=True, exist_ok=True)
     counts = (
         _write_class(positive, POSITIVE, work / "positive.txt"),
@@ -141,20 +124,24 @@ def train_classifier(
     for count, name in zip(counts, ("positive", "negative")):
         if not count:
             raise StepFailed(f"the {name} set of the quality classifier has no document with text")
-    _interleave(work / "positive.txt", work / "negative.txt", counts, work / "train.txt")
-    trained = fasttext.train_supervised(
-        str(work / "train.txt"),
-        epoch=hyperparameters.epoch,
-        lr=hyperparameters.lr,
-        wordNgrams=hyperparameters.word_ngrams,
-        dim=hyperparameters.dim,
-        minCount=hyperparameters.min_count,
-        bucket=hyperparameters.bucket,
-        seed=hyperparameters.seed,
-        thread=1,
-        verbose=0,
+    interleave(
+        {POSITIVE: work / "positive.txt", NEGATIVE: work / "negative.txt"},
+        {POSITIVE: counts[0], NEGATIVE: counts[1]},
+        work / "train.txt",
     )
-    trained.save_model(str(model))
+    settings = {
+        "epoch": hyperparameters.epoch,
+        "lr": hyperparameters.lr,
+        "dim": hyperparameters.dim,
+        "word_ngrams": hyperparameters.word_ngrams,
+        "minn": 0,
+        "maxn": 0,
+        "min_count": hyperparameters.min_count,
+        "bucket": hyperparameters.bucket,
+        "loss": "softmax",
+        "seed": hyperparameters.seed,
+    }
+    trained = train_supervised(work / "train.txt", settings, model)
     _, precision, _ = trained.test(str(work / "train.txt"))
     return TrainedClassifier(counts[0], counts[1], float(precision))
 
