@@ -57,6 +57,19 @@ def peers_venv() -> Path:
     return Path(os.environ.get(PEERS_VENV_VAR, DEFAULT_PEERS_VENV))
 
 
+def peer_python(module: str, packages: str) -> Path | None:
+    """The peers venv's Python if `module` imports there (a library peer, never a dependency
+    of the project), or None with how to install `packages` there."""
+    python = peers_venv() / "bin" / "python"
+    if os.access(python, os.X_OK) and subprocess.run([python, "-c", f"import {module}"]).returncode == 0:
+        return python
+    log(
+        f"SKIPPING {module}: it does not import in {python}. Install it with: python3 -m venv "
+        f"{peers_venv()} && {peers_venv()}/bin/pip install {packages}"
+    )
+    return None
+
+
 def find_peer(name: str) -> Path | None:
     """Path of a peer executable in the peers venv, or None with a message."""
     path = peers_venv() / "bin" / name

@@ -151,18 +151,6 @@ def run_worker(python: Path | str, what: str, source: Path, out: Path) -> dict:
 # -- signatures ---------------------------------------------------------------------------------
 
 
-def peer_python() -> Path | None:
-    """The peer environment's Python, if datasketch imports there."""
-    python = benchlib.peers_venv() / "bin" / "python"
-    if os.access(python, os.X_OK) and subprocess.run([python, "-c", "import datasketch"]).returncode == 0:
-        return python
-    benchlib.log(
-        f"SKIPPING datasketch: it does not import in {python}. Install it with: python3 -m venv "
-        f"{benchlib.peers_venv()} && {benchlib.peers_venv()}/bin/pip install datasketch"
-    )
-    return None
-
-
 def content_documents(args: argparse.Namespace, work: Path) -> tuple[Path, list[str], dict[str, dict]]:
     """The corpus's English content pages, extracted, as JSON lines; their URLs; the ground truth."""
     from rules.webdata.documents import Skips
@@ -211,7 +199,7 @@ def dedup_quality(map_dir: Path, urls: list[str], truth: dict[str, dict], out: P
 def signatures(args: argparse.Namespace, work: Path) -> tuple[int, dict[str, dict]]:
     documents, urls, truth = content_documents(args, work)
     signers = {"numpy": sys.executable}
-    if not args.skip_datasketch and (python := peer_python()):
+    if not args.skip_datasketch and (python := benchlib.peer_python("datasketch", "datasketch")):
         signers["datasketch"] = str(python)
     results: dict[str, dict] = {}
     for name, python in signers.items():

@@ -180,18 +180,6 @@ def time_readers(files: Sequence[Path], repeat: int) -> dict[str, dict[str, floa
 # -- the run --------------------------------------------------------------------------------
 
 
-def peer_python() -> Path | None:
-    """The peer environment's Python, if trafilatura imports there."""
-    python = benchlib.peers_venv() / "bin" / "python"
-    if os.access(python, os.X_OK) and subprocess.run([python, "-c", "import trafilatura"]).returncode == 0:
-        return python
-    benchlib.log(
-        f"SKIPPING trafilatura: it does not import in {python}. Install it with: python3 -m venv "
-        f"{benchlib.peers_venv()} && {benchlib.peers_venv()}/bin/pip install {PEER_PACKAGES}"
-    )
-    return None
-
-
 def run_worker(python: Path | str, name: str, pages: Path, out: Path) -> dict:
     subprocess.run([python, __file__, "--worker", name, str(pages), str(out)], check=True)
     return json.loads(out.read_text())
@@ -216,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = _load()
     spec = RawCorpusSpec(seed=args.seed, pages=args.pages, stdlib_modules=args.stdlib_modules)
     corpus = RawCorpus(spec)
-    peers = {} if args.skip_trafilatura else {"trafilatura": peer_python()}
+    peers = {} if args.skip_trafilatura else {"trafilatura": benchlib.peer_python("trafilatura", PEER_PACKAGES)}
     extractors = {"resiliparse": sys.executable, **{name: python for name, python in peers.items() if python}}
     with tempfile.TemporaryDirectory(prefix="marinbuild-bench-extract-") as tmp:
         work = Path(tmp)
