@@ -26,7 +26,7 @@ from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, Rule, StepInput, checkpoint_name
 from rules.hf_format import CHECKPOINT_FILES, FAMILIES, check_checkpoint, checkpoint_directory
 from rules.hub import ALLOW_UNPINNED, HUB_ENV, NO_TORCH, check_pinned, resolved_commit, snapshot
-from rules.lm import LEVANTER_MODULES, ML_PACKAGES
+from rules.lm import LEVANTER_MODULES, ML_PACKAGES, check_kept_step
 
 SUMMARY = "summary.json"
 
@@ -40,11 +40,6 @@ def _export_hf(ctx: Context) -> None:
     levanter_lm.export(ctx.url(model if step is None else checkpoint_name(model, step)), ctx.out, ctx.tmp)
 
 
-def _validate_export(attrs: Mapping[str, JsonValue]) -> None:
-    if attrs["step"] is not None and attrs["step"] < 1:
-        raise ValueError(f"step: Levanter keeps no checkpoint at step {attrs['step']}; name a step the model keeps")
-
-
 def _export_headline(out: Path) -> str | None:
     return "a Hugging Face checkpoint: config.json, model.safetensors, the tokenizer (AutoModelForCausalLM)"
 
@@ -55,7 +50,7 @@ export_hf = Rule(
     doc="A train_lm model (its last step, or a step it keeps) as a Hugging Face checkpoint: config.json, "
     "model.safetensors and the tokenizer, which transformers loads offline.",
     headline=_export_headline,
-    validate=_validate_export,
+    validate=check_kept_step,
     attrs={
         "model": Attr(types.LABEL, doc="A train_lm target."),
         "step": Attr(

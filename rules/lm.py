@@ -294,11 +294,16 @@ train_lm = Rule(
 )
 
 
+def check_kept_step(attrs: Mapping[str, JsonValue]) -> None:
+    """`step` of a reader of a kept state (eval_lm, export_hf): None or a step Levanter can keep."""
+    if attrs["step"] is not None and attrs["step"] < 1:
+        raise ValueError(f"step: Levanter keeps no checkpoint at step {attrs['step']}; name a step the model keeps")
+
+
 def _validate_eval(attrs: Mapping[str, JsonValue]) -> None:
     if not attrs["data"]:
         raise ValueError("data: name at least one tokenize target to evaluate on")
-    if attrs["step"] is not None and attrs["step"] < 1:
-        raise ValueError(f"step: Levanter keeps no checkpoint at step {attrs['step']}; name a step the model keeps")
+    check_kept_step(attrs)
 
 
 def _eval_lm(ctx: Context) -> None:
