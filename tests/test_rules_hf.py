@@ -17,12 +17,11 @@ from pathlib import Path
 import numpy as np
 from conftest import build_json, cli_env, run_cli
 from helpers_workspace import assert_bad_input, build
+from test_rules_lm import CONFIG, TRAIN_TIMEOUT_S, _workspace
 
 pytest_plugins = ["helpers_hub"]  # the offline_hub fixture
 
 REPO = Path(__file__).resolve().parents[1]
-TRAIN_TIMEOUT_S = 300
-CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.hf_checkpoints"]\n'
 # Float32 on the CPU, two implementations of the same arithmetic in different orders:
 # the logits (of magnitude about 3 here) agree to about 2e-6; a different set of weights
 # (the checkpoint 2 steps earlier) differs by more than 1e-2.
@@ -112,16 +111,6 @@ for trained, exported in pairs:
     results.append([ours.tolist(), theirs.tolist()])
 print(json.dumps(results))
 """
-
-
-def _workspace(root: Path, build_file: str) -> Path:
-    (root / "rules").mkdir(parents=True)
-    (root / "rules" / "BUILD.marin").write_text("")
-    (root / "rules" / "lm.star").write_text((REPO / "rules" / "lm.star").read_text())
-    (root / "exp").mkdir()
-    (root / "exp" / "BUILD.marin").write_text(build_file)
-    (root / "marinbuild.toml").write_text(CONFIG)
-    return root
 
 
 def _build(ws: Path, *args: str, expect_rc: int = 0) -> dict:
