@@ -29,7 +29,7 @@ from pathlib import Path
 import benchlib
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n'
+CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.hf_checkpoints"]\n'
 # The tutorial's data and model (experiments/tutorial/BUILD.marin); the training length
 # is a parameter.
 DATA = """

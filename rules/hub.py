@@ -33,6 +33,11 @@ HUB_ENV = (
     "HF_TOKEN",
 )
 
+# The environment of every step that imports transformers: none uses PyTorch (Levanter
+# computes with JAX and reads safetensors), and where torch is installed transformers would
+# import it anyway, which costs such a step about 4.5 s of CPU time before it starts.
+NO_TORCH = "USE_TORCH=0"
+
 ALLOW_UNPINNED = Attr(
     types.BOOL,
     default=False,

@@ -1,6 +1,7 @@
-"""Levanter behind `train_lm` and `eval_lm`: its configs built from BUILD attributes, its
-trackers (the step's metrics file, progress lines, W&B: `rules/levanter_trackers.py`),
-and the runs themselves.
+"""Levanter behind `train_lm`, `eval_lm` and `export_hf`: its configs built from BUILD
+attributes, its trackers (the step's metrics file, progress lines, W&B:
+`rules/levanter_trackers.py`), the runs themselves, and its Hugging Face converter (the
+export, and the checks before a run starts from a Hugging Face checkpoint).
 
 This module imports jax and Levanter, so only a running step (or a benchmark) imports
 it; `rules/lm.py` declares the rules and stays cheap to load. Everything runs offline:
@@ -31,22 +32,27 @@ from typing import Any
 import blake3
 import fsspec
 import jax
+from fsspec.implementations.local import LocalFileSystem
 from jax.experimental import multihost_utils
 from levanter.checkpoint import CheckpointerConfig, discover_latest_checkpoint
 from levanter.data.text import LMMixtureDatasetConfig, UrlDatasetSourceConfig
 from levanter.distributed import DistributedConfig, RayConfig
 from levanter.layers.attention import AttentionBackend
 from levanter.main import eval_lm as levanter_eval_lm
+from levanter.main import export_lm_to_hf
 from levanter.main import train_lm as levanter_train_lm
 from levanter.models.llama import LlamaConfig
 from levanter.optim import AdamConfig
 from levanter.tracker.tracker import TrackerConfig
 from levanter.trainer import TrainerConfig
 from levanter.utils.activation import ActivationFunctionEnum
+from tokenizers import Tokenizer
+from transformers import AutoConfig
 
 from marinbuild.targets.context import StepFailed
 from marinbuild.targets.rule import checkpoint_dir
 from rules import lm_config
+from rules.hf_format import TOKENIZER, check_checkpoint
 from rules.levanter_optim import RuntimePeakAdamConfig
 from rules.levanter_trackers import (
     MetricsFileConfig,
@@ -125,7 +131,7 @@ def tokenized_sets(inputs: Mapping[str, str], tmp: Path) -> tuple[dict[str, str]
             )
         sets[name if names.count(name) == 1 else label.lstrip("/")] = location
     tokenizers = {
-        tag: _fetch_tokenizer(location, tmp / "tokenizers" / str(index))
+        tag: local_copy(f"{location}/{TOKENIZER_DIR}", tmp / "tokenizers" / str(index))
         for index, (tag, location) in enumerate(sets.items())
     }
     if len({tokenizer_digest(directory) for directory in tokenizers.values()}) > 1:
@@ -135,12 +141,18 @@ def tokenized_sets(inputs: Mapping[str, str], tmp: Path) -> tuple[dict[str, str]
     return sets, next(iter(tokenizers.values()))
 
 
-def _fetch_tokenizer(location: str, local: Path) -> Path:
-    """The tokenizer directory of a token cache, as local files (it is small)."""
+def local_copy(location: str, local: Path) -> Path:
+    """A directory of the store (a tokenizer, a Hugging Face checkpoint) as local files, for
+    the libraries that read only those (transformers): `location` itself on a local store,
+    else a copy downloaded into `local`."""
     fs, root = fsspec.core.url_to_fs(location)
+    if isinstance(fs, LocalFileSystem):
+        return Path(root)
     local.mkdir(parents=True)
-    for path in fs.find(f"{root}/{TOKENIZER_DIR}"):
-        fs.get_file(path, str(local / path[len(root) + len(TOKENIZER_DIR) + 2 :]))
+    for path in fs.find(root):
+        target = local / path[len(root) + 1 :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fs.get_file(path, str(target))
     return local
 
 
@@ -280,10 +292,13 @@ def train_config(
     distributed: bool = False,
     run: RunInfo | None = None,
     init: str | None = None,
+    init_hf: Path | None = None,
 ) -> levanter_train_lm.TrainLmConfig:
-    """Levanter's config for a `train_lm` target: checkpoints, metrics and HF exports in
-    `scratch`; with `run`, progress lines, and the W&B tracker the target asks for; with
-    `init`, the location of a kept state (`init_from`) whose checkpoint it continues from."""
+    """Levanter's config for a `train_lm` target: checkpoints and metrics in `scratch`;
+    with `run`, progress lines, and the W&B tracker the target asks for; with `init`, the
+    location of a kept state (`init_from`) whose checkpoint it continues from; with
+    `init_hf`, a local Hugging Face checkpoint (`init_from_hf`, checked by `check_hf_base`)
+    whose weights it starts from, loaded by Levanter's converter."""
     attrs = lm_config.resolve_attrs(attrs)
     mixture = attrs["data"]
     weights = dict(zip(sets, mixture.values())) if isinstance(mixture, dict) else {tag: 1.0 for tag in sets}
@@ -306,8 +321,7 @@ def train_config(
             attrs.get("keep_checkpoints") or (),
             None if init is None else f"{init}/checkpoint",
         ),
-        hf_save_path=str(scratch / "hf"),
-        hf_save_steps=attrs["trainer"]["steps"],
+        initialize_from_hf=False if init_hf is None else str(init_hf),
     )
 
 
@@ -355,6 +369,7 @@ def train(
     started: float | None = None,
     init: str | None = None,
     publish: PublishFn | None = None,
+    init_hf: str | None = None,
 ) -> Trained:
     """Train (or resume) into `scratch`, then write the outputs of `train_lm` into `out`.
 
@@ -364,26 +379,29 @@ def train(
     all of them. `started`: when the step's process started (time.time()), for the time
     to its first step. `init`: where the kept state the run continues from lies (its
     checkpoint, model.json and metrics: `init_from` at `init_step`). `publish` is handed
-    each kept state (`keep_checkpoints`) as soon as it is written.
+    each kept state (`keep_checkpoints`) as soon as it is written. `init_hf`: where the
+    Hugging Face checkpoint whose weights the run starts from lies (`init_from_hf`).
     """
     started = started or time.time()
     if run is not None and run.log is not None:
         run.log.info("JAX devices: %s", ", ".join(str(device) for device in jax.devices()))
     attrs = lm_config.resolve_attrs(attrs)  # model.json records the effective model config
     sets, tokenizer = tokenized_sets(data, tmp)
-    config = train_config(attrs, sets, tokenizer, scratch, tmp, distributed, run, init)
-    checkpoints, exports = scratch / "checkpoints", scratch / "hf"
+    base = None if init_hf is None else check_hf_base(init_hf, attrs["model"], tokenizer, tmp)
+    config = train_config(attrs, sets, tokenizer, scratch, tmp, distributed, run, init, base)
+    checkpoints = scratch / "checkpoints"
     last = f"step-{attrs['trainer']['steps'] - 1}"
     metrics = scratch / "metrics.jsonl"
     if jax.process_index() == 0:
-        _drop_unlogged_checkpoints(checkpoints, exports / last, metrics)
+        _drop_unlogged_checkpoints(checkpoints, metrics)
     if distributed:
         multihost_utils.sync_global_devices("marinbuild: scratch ready")
-    finished = (exports / last).is_dir()
+    # Levanter refuses a run with no steps left: one whose last step is saved and logged is done.
+    finished = (checkpoints / last / "metadata.json").is_file()
     before = _initial_rows(init, tokenizer) if init is not None else []
     resumed_from = _keep_metrics_until_checkpoint(checkpoints, _metrics_file(scratch, tmp), before)
     record = _model_record(attrs, tokenizer)
-    kept = KeptStates(attrs.get("keep_checkpoints") or [], checkpoints, metrics, record, tmp / "kept")
+    kept = KeptStates(attrs.get("keep_checkpoints") or [], checkpoints, metrics, record, tokenizer, tmp / "kept")
     with kept.watching(publish if jax.process_index() == 0 else None):
         if not finished:
             levanter_train_lm.main(config)
@@ -392,7 +410,7 @@ def train(
     kept.write(out)
     shutil.copytree(checkpoints / last, out / "checkpoint")
     _fix_checkpoint_timestamp(out / "checkpoint" / "metadata.json")
-    shutil.copytree(exports / last, out / "hf")
+    shutil.copytree(tokenizer, out / TOKENIZER_DIR)
     shutil.copy(metrics, out / "metrics.jsonl")
     (out / MODEL_FILE).write_text(record)
     trackers = _trackers(config.trainer.tracker)
@@ -433,7 +451,7 @@ def _initial_rows(init: str, tokenizer: Path) -> list[dict[str, Any]]:
 class KeptStates:
     """The states a run keeps (`keep_checkpoints`), each assembled in `into` as it lies in
     the output under `checkpoint_dir(step)`: `checkpoint/` (its Levanter checkpoint, with
-    the fixed timestamp), `metrics.jsonl` up to its step, and `model.json`.
+    the fixed timestamp), `metrics.jsonl` up to its step, `model.json` and `tokenizer/`.
 
     A state is complete once its checkpoint's `metadata.json` (written last) is there and
     its step's metrics line is written (the line comes when the next step starts). While
@@ -443,10 +461,13 @@ class KeptStates:
     not publish yet, and which then leaves them out (it keeps each in its entry only).
     """
 
-    def __init__(self, steps: Sequence[int], checkpoints: Path, metrics: Path, record: str, into: Path):
+    def __init__(
+        self, steps: Sequence[int], checkpoints: Path, metrics: Path, record: str, tokenizer: Path, into: Path
+    ):
         self.pending = sorted(steps)
         self.ready: dict[int, Path] = {}
         self.checkpoints, self.metrics, self.record, self.into = checkpoints, metrics, record, into
+        self.tokenizer = tokenizer
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
@@ -498,6 +519,7 @@ class KeptStates:
         _fix_checkpoint_timestamp(directory / "checkpoint" / "metadata.json")
         (directory / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows if row["step"] <= step))
         (directory / MODEL_FILE).write_text(self.record)
+        shutil.copytree(self.tokenizer, directory / TOKENIZER_DIR)
         return directory
 
     def write(self, out: Path) -> None:
@@ -546,19 +568,14 @@ def _wait_for_checkpoint(metadata: Path, timeout_s: float) -> bool:
     return True
 
 
-def _drop_unlogged_checkpoints(checkpoints: Path, final_export: Path, metrics: Path) -> None:
-    """Delete the checkpoints (and the final HF export) of steps whose metrics line was not
-    written: a killed attempt may save a step's checkpoint before it logs the rest of that
-    step (a metrics line is written once the next step starts). Resuming from such a
-    checkpoint would leave the step without its line, and the output would differ from an
-    uninterrupted run's; resuming from an earlier one trains the step again, identically.
-    (A final checkpoint without its export cannot be resumed from either: Levanter refuses
-    a run with no steps left.)"""
+def _drop_unlogged_checkpoints(checkpoints: Path, metrics: Path) -> None:
+    """Delete the checkpoints of steps whose metrics line was not written: a killed attempt
+    may save a step's checkpoint before it logs the rest of that step (a metrics line is
+    written once the next step starts). Resuming from such a checkpoint would leave the
+    step without its line, and the output would differ from an uninterrupted run's;
+    resuming from an earlier one trains the step again, identically. A last step saved
+    and logged is a finished run, published without training."""
     logged = {row["step"] for row in read_metrics(metrics)}
-    final = int(final_export.name.removeprefix("step-"))
-    if final not in logged or not final_export.is_dir():
-        shutil.rmtree(final_export, ignore_errors=True)
-        shutil.rmtree(checkpoints / final_export.name, ignore_errors=True)
     for checkpoint in checkpoints.glob("step-*"):
         if int(checkpoint.name.removeprefix("step-")) not in logged:
             shutil.rmtree(checkpoint, ignore_errors=True)
@@ -647,3 +664,89 @@ def evaluate(model: str, data: Mapping[str, str], attrs: Mapping[str, Any], tmp:
         return {"loss": loss, "bpb": row.get(f"{prefix}/bpb"), "perplexity": math.exp(loss)}
 
     return {**scores("eval"), "sets": {tag: scores(f"eval/{tag}") for tag in sets}}
+
+
+# -- Hugging Face checkpoints: export_hf, train_lm(init_from_hf) ---------------------------
+
+# Model fields a Hugging Face Llama cannot hold: Levanter refuses to export the norms, its
+# config.json has no field for a bias of the norms, and Levanter writes no head_dim.
+_NOT_IN_HF_LLAMA = ("hybrid_norm", "input_embedding_norm", "use_qk_norm", "use_bias")
+# The config.json fields that fix the weights' shapes and what they compute, and the model
+# field (rules/lm_config.py) each one comes from; max_position_embeddings is not among
+# them: a run may train on shorter or longer sequences than the checkpoint did.
+_HF_ARCHITECTURE = {
+    "hidden_size": "hidden_dim",
+    "intermediate_size": "intermediate_dim",
+    "num_hidden_layers": "num_layers",
+    "num_attention_heads": "num_heads",
+    "num_key_value_heads": "num_kv_heads",
+    "head_dim": "head_dim",
+    "hidden_act": "activation_function",
+    "rms_norm_eps": "layer_norm_epsilon",
+    "tie_word_embeddings": "tie_word_embeddings",
+    "attention_bias": "use_bias",
+    "mlp_bias": "use_bias",
+    "rope_theta": "rope (not settable)",
+    "rope_scaling": "rope (not settable)",
+}
+
+
+def _not_in_hf_llama(fields: Mapping[str, Any]) -> list[str]:
+    """The fields of a resolved model dict that a Hugging Face Llama cannot hold."""
+    unsupported = [name for name in _NOT_IN_HF_LLAMA if fields[name]]
+    if fields["head_dim"] not in (None, fields["hidden_dim"] // fields["num_heads"]):
+        unsupported.append(f"head_dim {fields['head_dim']} (other than hidden_dim // num_heads)")
+    return unsupported
+
+
+def export(model: str, out: Path, tmp: Path) -> None:
+    """A `train_lm` output or kept state (a directory or store URL) as a Hugging Face
+    checkpoint in `out`, by Levanter's own export (`levanter.main.export_lm_to_hf`): its
+    converter writes config.json, model.safetensors (in the checkpoint's float32) and the
+    tokenizer the model was trained with, on the host's CPU."""
+    try:
+        record = json.loads(_read_text(f"{model}/{MODEL_FILE}"))
+    except FileNotFoundError:
+        raise StepFailed(f"no {MODEL_FILE} in the model's output: export_hf reads a train_lm target") from None
+    fields = lm_config.resolve("model", record["model"])
+    unsupported = _not_in_hf_llama(fields)
+    if unsupported:
+        raise StepFailed(f"the model has {', '.join(unsupported)}, which a Hugging Face Llama cannot hold")
+    tokenizer = local_copy(f"{model}/{TOKENIZER_DIR}", tmp / "tokenizer")
+    export_lm_to_hf.main(
+        export_lm_to_hf.ConvertLmConfig(
+            trainer=TrainerConfig(),  # unused on the CPU
+            checkpoint_path=f"{model}/checkpoint",
+            output_dir=str(out),
+            model=model_config(fields, tokenizer, tmp),
+            use_cpu=True,
+        )
+    )
+
+
+def check_hf_base(location: str, fields: Mapping[str, Any], tokenizer: Path, tmp: Path) -> Path:
+    """The local directory of the Hugging Face checkpoint at `location` that a run of model
+    `fields` on data tokenized with `tokenizer` starts from (`init_from_hf`), once it is
+    known to fit: a Llama with weights, of the same architecture (compared as Levanter's
+    converter writes `fields` into a config.json), with the data's vocabulary."""
+    unsupported = _not_in_hf_llama(fields)
+    if unsupported:
+        raise StepFailed(f"model has {', '.join(unsupported)}: no Hugging Face Llama can start it (init_from_hf)")
+    local = local_copy(location, tmp / "hf-base")
+    check_checkpoint(local, "llama", "init_from_hf")
+    theirs = AutoConfig.from_pretrained(str(local), local_files_only=True).to_dict()
+    ours = model_config(fields, tokenizer, tmp).to_hf_config(vocab_size=theirs["vocab_size"]).to_dict()
+    differ = [
+        f"{name} {theirs.get(name)!r} there, {ours.get(name)!r} here (model: {field})"
+        for name, field in _HF_ARCHITECTURE.items()
+        if theirs.get(name) != ours.get(name)
+    ]
+    if differ:
+        raise StepFailed(f"init_from_hf's config.json does not match this target's model: {'; '.join(differ)}")
+    vocabulary = Tokenizer.from_file(str(local / TOKENIZER)).get_vocab(with_added_tokens=True)
+    if vocabulary != Tokenizer.from_file(str(tokenizer / TOKENIZER)).get_vocab(with_added_tokens=True):
+        raise StepFailed(
+            "init_from_hf's tokenizer is not the one the data was tokenized with: tokenize the data with "
+            "hf_tokenizer(dir = <the checkpoint's label>)"
+        )
+    return local

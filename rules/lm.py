@@ -1,4 +1,5 @@
-"""Language-model rules: `train_lm` and `eval_lm`, on Levanter.
+"""Language-model rules: `train_lm` and `eval_lm`, on Levanter (`export_hf` and `hf_model`,
+Hugging Face checkpoints out and in, are `rules/hf_checkpoints.py`).
 
 The rules are declared here, cheap to import; the schema of `model`, `optimizer` and
 `trainer`, with their defaults, is `rules/lm_config.py`; the Levanter side (configs,
@@ -20,8 +21,17 @@ from marinbuild.targets.attrs import Attr, AttrError, JsonValue
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule, StepInput, checkpoint_name
 from rules import lm_config
+from rules.hub import NO_TORCH
 
 ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
+# The modules behind the rules that run Levanter (their digests are recorded in each entry).
+LEVANTER_MODULES = (
+    "rules.levanter_lm",
+    "rules.levanter_optim",
+    "rules.levanter_trackers",
+    "rules.lm_config",
+    "rules.hf_format",
+)
 # What Weights & Biases reads from the environment, passed to a training's steps (values of
 # names that look secret, WANDB_API_KEY, are not recorded in the attempt).
 WANDB_ENV = (
@@ -65,7 +75,7 @@ def _train_headline(out: Path) -> str | None:
     return _headline(
         out / "summary.json",
         "eval loss {eval_loss} (at initialisation {initial_eval_loss}), {steps} steps, {tokens} tokens; "
-        "model in checkpoint/ and hf/, metrics in metrics.jsonl",
+        "model in checkpoint/ (export_hf for Hugging Face), metrics in metrics.jsonl",
     )
 
 
@@ -107,6 +117,11 @@ def _validate_checkpoints(attrs: Mapping[str, JsonValue]) -> None:
             )
     if (attrs["init_from"] is None) != (attrs["init_step"] is None):
         raise ValueError("init_from and init_step go together: the run to continue, and the step of its checkpoint")
+    if attrs["init_from"] is not None and attrs["init_from_hf"] is not None:
+        raise ValueError(
+            "give one of init_from (a train_lm run to continue, with its optimizer state) and init_from_hf "
+            "(a Hugging Face checkpoint's weights to start from)"
+        )
     start = attrs["init_step"]
     if start is not None and not start + 1 < steps:
         raise ValueError(
@@ -176,6 +191,7 @@ def _train_lm(ctx: Context) -> None:
     data = {label: ctx.url(label) for label in ([mixture] if isinstance(mixture, str) else mixture)}
     init_from, init_step = ctx.attrs["init_from"], ctx.attrs["init_step"]
     init = None if init_from is None else ctx.url(checkpoint_name(init_from, init_step))
+    init_hf = None if ctx.attrs["init_from_hf"] is None else ctx.url(ctx.attrs["init_from_hf"])
     run = levanter_lm.RunInfo(ctx.label, ctx.key, ctx.progress, ctx.log)
     trained = levanter_lm.train(
         ctx.attrs,
@@ -188,6 +204,7 @@ def _train_lm(ctx: Context) -> None:
         started,
         init,
         ctx.publish_checkpoint,
+        init_hf,
     )
     ctx.measure(**trained.measured)
     ctx.log.info("summary: %s; this attempt: %s", trained.summary, trained.measured)
@@ -198,9 +215,11 @@ train_lm = Rule(
     # 2: checkpoints hold the learning-rate schedule's state and model.json the evaluation
     # settings (since 8f80818); a version-1 output is not what this code makes, and a
     # cooldown (`init_from`) could not restore its optimizer state.
-    version=2,
+    # 3: the output and each kept state hold tokenizer/ (what export_hf reads), and no hf/
+    # (export_hf makes it, of the runs whose export is wanted).
+    version=3,
     impl=_train_lm,
-    doc="Train a Llama language model with Levanter; outputs checkpoint/, hf/, metrics.jsonl, summary.json.",
+    doc="Train a Llama language model with Levanter; outputs checkpoint/, tokenizer/, metrics.jsonl, summary.json.",
     attrs={
         "data": Attr(types.MIXTURE, doc="A tokenize target, or a mixture {label: weight} of them."),
         # Checked and completed with their defaults at load time (rules/lm_config.py).
@@ -230,6 +249,14 @@ train_lm = Rule(
             "(a cooldown): model, optimizer state, step and data position.",
         ),
         "init_step": Attr(types.INT, default=None, omit_default=True, doc="A step init_from keeps."),
+        "init_from_hf": Attr(
+            types.OPTIONAL_LABEL,
+            default=None,
+            omit_default=True,
+            doc="A Hugging Face checkpoint (hf_model, export_hf) whose weights this run starts from, with an "
+            "optimizer and schedule of its own from step 0: continued pretraining. Its architecture and "
+            "tokenizer must be the model's and the data's.",
+        ),
         # Where the run also logs: not what it computes, so not part of the key.
         "tracker": Attr(
             types.JSON,
@@ -249,8 +276,8 @@ train_lm = Rule(
     retry=RetryPolicy(worker_lost=10),
     multi_host=True,
     packages=ML_PACKAGES,
-    env=WANDB_ENV,
-    code_modules=("rules.levanter_lm", "rules.levanter_optim", "rules.levanter_trackers", "rules.lm_config"),
+    env=(*WANDB_ENV, NO_TORCH),
+    code_modules=LEVANTER_MODULES,
     metrics_file="summary.json",
     resume_point=_resume_point,
     keeps_checkpoints="keep_checkpoints",
@@ -267,11 +294,16 @@ train_lm = Rule(
 )
 
 
+def check_kept_step(attrs: Mapping[str, JsonValue]) -> None:
+    """`step` of a reader of a kept state (eval_lm, export_hf): None or a step Levanter can keep."""
+    if attrs["step"] is not None and attrs["step"] < 1:
+        raise ValueError(f"step: Levanter keeps no checkpoint at step {attrs['step']}; name a step the model keeps")
+
+
 def _validate_eval(attrs: Mapping[str, JsonValue]) -> None:
     if not attrs["data"]:
         raise ValueError("data: name at least one tokenize target to evaluate on")
-    if attrs["step"] is not None and attrs["step"] < 1:
-        raise ValueError(f"step: Levanter keeps no checkpoint at step {attrs['step']}; name a step the model keeps")
+    check_kept_step(attrs)
 
 
 def _eval_lm(ctx: Context) -> None:
@@ -309,7 +341,8 @@ eval_lm = Rule(
     resources=Resources(cpu=2, memory_gb=4),
     reads_urls=True,
     packages=ML_PACKAGES,
-    code_modules=("rules.levanter_lm", "rules.levanter_optim", "rules.levanter_trackers", "rules.lm_config"),
+    env=(NO_TORCH,),
+    code_modules=LEVANTER_MODULES,
     metrics_file="metrics.json",
     step_inputs={"model": StepInput("step", "a train_lm target that keeps that step")},
 )

@@ -31,6 +31,7 @@ from marinbuild.targets.attrs import Attr
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule
 from rules.corpus_shards import SPLITS, SUMMARY, corpus_root, read_split, read_summary
+from rules.hub import NO_TORCH
 from rules.tokenizer import tokenizer_directory
 
 TOKENIZER_DIR = "tokenizer"
@@ -134,6 +135,7 @@ tokenize = Rule(
     impl=_tokenize,
     execution=Execution.SUBPROCESS,
     packages=("levanter", "tokenizers", "transformers"),
+    env=(NO_TORCH,),
     resources=RESOURCES,
     retry=RetryPolicy(worker_lost=3, failed=1),
     doc=(

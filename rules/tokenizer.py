@@ -20,7 +20,7 @@ from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Execution, Resources, Rule
 from rules.corpus_shards import corpus_root, read_split
-from rules.hub import ALLOW_UNPINNED, HUB_ENV, check_pinned, resolved_commit, snapshot
+from rules.hub import ALLOW_UNPINNED, HUB_ENV, NO_TORCH, check_pinned, resolved_commit, snapshot
 
 SPECIAL_ROLES = ("bos", "eos", "pad")
 DEFAULT_SPECIAL_TOKENS = {"bos": "<|bos|>", "eos": "<|eos|>", "pad": "<|pad|>"}
@@ -116,6 +116,7 @@ bpe_tokenizer = Rule(
     impl=_bpe_tokenizer,
     execution=Execution.SUBPROCESS,
     packages=("tokenizers", "transformers"),
+    env=(NO_TORCH,),
     resources=Resources(cpu=1, memory_gb=2),
     validate=_check_bpe_tokenizer,
     doc=(
@@ -167,7 +168,7 @@ hf_tokenizer = Rule(
     name="hf_tokenizer",
     impl=_hf_tokenizer,
     execution=Execution.SUBPROCESS,
-    env=HUB_ENV,
+    env=(*HUB_ENV, NO_TORCH),
     packages=("transformers", "tokenizers", "huggingface_hub"),
     validate=_check_hf_tokenizer,
     doc=(

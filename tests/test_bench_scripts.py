@@ -196,6 +196,13 @@ def test_the_training_benchmark_runs_both_ways(tmp_path) -> None:
     assert data["devices"] and all(device.endswith("cpu") for device in data["devices"]), data["devices"]
 
 
+def test_the_hf_export_benchmark_trains_with_and_without_the_export_and_times_export_hf(tmp_path) -> None:
+    data = _run("hf_export.py", tmp_path, "--steps", "4", "--repeats", "1", timeout=900)
+    assert all(_positive(value) for value in data["ratio_with_export"].values()), data
+    assert _positive(data["export_to_checkpoint_bytes"]) and _positive(data["export_hf_s"]), data
+    assert data["runs"]["without export"][0]["export_bytes"] == 0 < data["runs"]["with export"][0]["export_bytes"]
+
+
 def test_the_compilation_cache_benchmark_trains_without_with_a_cold_and_a_warm_cache(tmp_path) -> None:
     data = _run("compile_cache.py", tmp_path, "--steps", "4", "--repeats", "1", timeout=900)
     for variant in ("no cache", "cold cache", "warm cache"):

@@ -26,18 +26,22 @@ def test_a_teammate_reuses_the_pipeline_and_reads_inputs_from_the_bucket(tmp_pat
     built = _build(alice, store, "//exp:all")
     assert set(statuses(built).values()) == {"built"}
 
-    extra_eval = (
+    extra = (
         '\neval_lm(name = "eval_wide", model = ":model", data = [":tokens"], batch_size = 2, max_batches = 1)\n'
+        'export_hf(name = "export", model = ":model")\n'
     )
-    bob = _workspace(tmp_path / "bob", _build_file() + extra_eval)
+    bob = _workspace(tmp_path / "bob", _build_file() + extra)
     shared = _build(bob, store, "//exp:all")
     found = statuses(shared)
-    assert found.pop("//exp:eval_wide") == "built"
+    assert (found.pop("//exp:eval_wide"), found.pop("//exp:export")) == ("built", "built")
     assert set(found.values()) == {"cached"}, "Bob's build of Alice's targets runs nothing"
-    (only_tree,) = _downloaded_trees(bob)  # eval_wide's own output, kept at publish
-    assert [path.name for path in only_tree.iterdir()] == ["metrics.json"], (
-        "the model and token caches were read from the bucket, not downloaded"
-    )
+    # Only their own outputs, kept at publish: the model and token caches were read from the
+    # bucket, not downloaded (export_hf copied only the tokenizer, into its scratch space).
+    trees = sorted(sorted(path.name for path in tree.iterdir()) for tree in _downloaded_trees(bob))
+    assert trees == [
+        ["config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
+        ["metrics.json"],
+    ]
     evaluated = next(item for item in shared["targets"] if item["label"] == "//exp:eval_wide")
     rc, out, err = run_cli(bob, "where", "//exp:eval_wide", store=store)
     assert rc == 0, err
@@ -48,4 +52,4 @@ def test_a_teammate_reuses_the_pipeline_and_reads_inputs_from_the_bucket(tmp_pat
     assert rc == 0, err
     model = Path(out.strip())
     assert model.is_relative_to(bob / ".marinbuild")
-    assert {"config.json", "model.safetensors"} <= {path.name for path in (model / "hf").iterdir()}
+    assert {"checkpoint", "tokenizer", "model.json"} <= {path.name for path in model.iterdir()}

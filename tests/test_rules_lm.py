@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 TRAIN_TIMEOUT_S = 300
 PKG = "//exp"
 
-CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n'
+CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.hf_checkpoints"]\n'
 
 
 def _build_file(
@@ -89,7 +89,8 @@ def test_train_and_evaluate_a_tiny_model(tmp_path: Path) -> None:
     assert summary["steps"] == 6 and summary["tokens"] == 6 * 4 * 64
     assert summary["eval_loss"] < summary["initial_eval_loss"]
     assert (model / "checkpoint" / "metadata.json").is_file()
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (model / "hf").iterdir()}
+    assert {"config.json", "tokenizer.json"} <= {p.name for p in (model / "tokenizer").iterdir()}
+    assert not (model / "hf").exists()  # export_hf makes that (tests/test_rules_hf.py)
     rows = [json.loads(line) for line in (model / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == list(range(6)) and all("train/loss" in row for row in rows)
 
@@ -268,20 +269,17 @@ def test_a_checkpoint_whose_step_was_not_logged_is_not_resumed_from(tmp_path: Pa
     starts) would lose that line for good; such checkpoints are dropped before resuming."""
     from rules.levanter_lm import _drop_unlogged_checkpoints
 
-    checkpoints, exports, metrics = tmp_path / "checkpoints", tmp_path / "hf", tmp_path / "metrics.jsonl"
+    checkpoints, metrics = tmp_path / "checkpoints", tmp_path / "metrics.jsonl"
     for step in (9, 19, 29, 299):
         (checkpoints / f"step-{step}").mkdir(parents=True)
-    (exports / "step-299").mkdir(parents=True)
 
     metrics.write_text("".join(json.dumps({"step": step, "train/loss": 1.0}) + "\n" for step in range(25)))
-    _drop_unlogged_checkpoints(checkpoints, exports / "step-299", metrics)
+    _drop_unlogged_checkpoints(checkpoints, metrics)
     assert sorted(path.name for path in checkpoints.iterdir()) == ["step-19", "step-9"]
-    assert not (exports / "step-299").exists()  # an export whose last step is not logged is redone
 
     for step in (29, 299):
         (checkpoints / f"step-{step}").mkdir()
-    (exports / "step-299").mkdir()
     metrics.write_text("".join(json.dumps({"step": step}) + "\n" for step in range(300)))
-    _drop_unlogged_checkpoints(checkpoints, exports / "step-299", metrics)
+    _drop_unlogged_checkpoints(checkpoints, metrics)
+    # The last step saved and logged: a finished run, published without training.
     assert sorted(path.name for path in checkpoints.iterdir()) == ["step-19", "step-29", "step-299", "step-9"]
-    assert (exports / "step-299").is_dir()  # finished: published without training

@@ -1,0 +1,264 @@
+"""export_hf and hf_model through the CLI: Hugging Face checkpoints out and in.
+
+The model is test_rules_lm.py's tiny Llama (1 layer, d=32, 64-token sequences). What
+transformers loads is checked by loading it, offline, with PyTorch's
+`AutoModelForCausalLM` in a process of its own (the steps never import torch), and
+comparing its logits with Levanter's on the same tokens, both in float32 on the CPU.
+Hub checkpoints come from a Hub-layout cache on disk (`helpers_hub`), never the network.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from conftest import build_json, cli_env, run_cli
+from helpers_workspace import assert_bad_input, build
+from test_rules_lm import CONFIG, TRAIN_TIMEOUT_S, _workspace
+
+pytest_plugins = ["helpers_hub"]  # the offline_hub fixture
+
+REPO = Path(__file__).resolve().parents[1]
+# Float32 on the CPU, two implementations of the same arithmetic in different orders:
+# the logits (of magnitude about 3 here) agree to about 2e-6; a different set of weights
+# (the checkpoint 2 steps earlier) differs by more than 1e-2.
+LOGITS_ATOL = 1e-4
+TOKENS = [0, 5, 17, 99, 200, 3, 45, 120, 7, 250, 1]
+EXPORTED = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
+
+DATA = """
+load("//rules:lm.star", "llama")
+python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
+bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
+tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
+"""
+TRAINER = '{"steps": 6, "batch_size": 4, "eval_interval": 3, "max_eval_batches": 2}'
+MODEL = f"""
+train_lm(
+    name = "model",
+    data = ":tokens",
+    model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
+    optimizer = {{"learning_rate": 3e-3}},
+    trainer = {TRAINER},
+    keep_checkpoints = [3],
+)
+export_hf(name = "export", model = ":model")
+export_hf(name = "export_3", model = ":model", step = 3)
+"""
+# Continued pretraining from the export: at a learning rate of 1e-9 its first evaluation
+# (after its first step) is the evaluation of the weights it started from.
+CONTINUED = """
+hf_model(name = "base", dir = ":export")
+train_lm(
+    name = "continued",
+    data = ":tokens",
+    model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
+    optimizer = {"learning_rate": 1e-9},
+    trainer = {"steps": 2, "batch_size": 4, "max_eval_batches": 2},
+    init_from_hf = ":base",
+)
+"""
+# What does not fit the base: another architecture, data tokenized with another tokenizer.
+MISFITS = """
+train_lm(
+    name = "wider",
+    data = ":tokens",
+    model = llama(hidden = 64, layers = 1, heads = 2, seq_len = 64),
+    trainer = {"steps": 2},
+    init_from_hf = ":base",
+)
+bpe_tokenizer(name = "other_tokenizer", data = ":corpus", vocab_size = 290)
+tokenize(name = "other_tokens", data = ":corpus", tokenizer = ":other_tokenizer")
+train_lm(
+    name = "retokenized",
+    data = ":other_tokens",
+    model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
+    trainer = {"steps": 2},
+    init_from_hf = ":base",
+)
+"""
+
+# Run in a process of its own: Levanter's logits from a train_lm output (or kept state),
+# and transformers' (PyTorch) from an HF directory, for each pair given.
+LOGITS = """
+import json, sys, tempfile
+from pathlib import Path
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+import equinox as eqx, haliax as hax, jax, jax.numpy as jnp
+from levanter.checkpoint import load_checkpoint
+from levanter.layers.attention import AttentionMask
+from levanter.utils.jax_utils import local_cpu_mesh
+from rules import levanter_lm
+
+tokens, pairs = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+results = []
+for trained, exported in pairs:
+    hf = AutoModelForCausalLM.from_pretrained(exported, local_files_only=True, torch_dtype=torch.float32)
+    with torch.no_grad():
+        theirs = hf(torch.tensor([tokens])).logits[0].numpy()
+    record = json.loads((Path(trained) / "model.json").read_text())
+    config = levanter_lm.model_config(record["model"], Path(trained) / "tokenizer", Path(tempfile.mkdtemp()))
+    with local_cpu_mesh():
+        model = eqx.filter_eval_shape(config.build, hax.Axis("vocab", theirs.shape[-1]), key=jax.random.PRNGKey(0))
+        model = load_checkpoint(model, f"{trained}/checkpoint", subpath="model")
+        ids = hax.named(jnp.array(tokens), config.Pos.resize(len(tokens)))
+        ours = np.asarray(model(ids, attn_mask=AttentionMask.causal()).array)
+    results.append([ours.tolist(), theirs.tolist()])
+print(json.dumps(results))
+"""
+
+
+def _build(ws: Path, *args: str, expect_rc: int = 0) -> dict:
+    rc, out, err = run_cli(ws, "build", "--json", *args, timeout=TRAIN_TIMEOUT_S)
+    assert rc == expect_rc, f"exit {rc}\n{out}\n{err}"
+    data = json.loads(out)
+    return {item["label"]: item for item in data["targets"]} | {"stderr": err}
+
+
+def _logits(pairs: list[tuple[Path, Path]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(Levanter's, transformers') logits of TOKENS for each (train_lm output, HF directory)."""
+    env = {name: value for name, value in cli_env().items() if name != "USE_TORCH"}
+    env |= {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", LOGITS, json.dumps(TOKENS), json.dumps([[str(a), str(b)] for a, b in pairs])],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=TRAIN_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [(np.array(ours), np.array(theirs)) for ours, theirs in json.loads(done.stdout.splitlines()[-1])]
+
+
+def _summary(data: dict, label: str) -> dict:
+    return json.loads((Path(data[label]["output"]) / "summary.json").read_text())
+
+
+def test_export_hf_loads_in_transformers_and_starts_a_run(tmp_path: Path, offline_hub) -> None:
+    ws = _workspace(tmp_path / "ws", DATA + MODEL + CONTINUED + MISFITS)
+    data = _build(ws, "--keep-going", "//exp:all", expect_rc=1)
+
+    # Exported: the final weights and those kept at step 3, as transformers' files.
+    exported, exported_3 = Path(data["//exp:export"]["output"]), Path(data["//exp:export_3"]["output"])
+    assert {path.name for path in exported.iterdir()} == EXPORTED
+    config = json.loads((exported / "config.json").read_text())
+    assert (config["model_type"], config["hidden_size"], config["vocab_size"]) == ("llama", 32, 300)
+    rc, kept, err = run_cli(ws, "where", "--step", "3", "//exp:model")
+    assert rc == 0, err
+    model = Path(data["//exp:model"]["output"])
+    (final, final_hf), (at_3, at_3_hf) = _logits([(model, exported), (Path(kept.strip()), exported_3)])
+    assert final.shape == (len(TOKENS), 300)
+    np.testing.assert_allclose(final_hf, final, rtol=0, atol=LOGITS_ATOL)
+    np.testing.assert_allclose(at_3_hf, at_3, rtol=0, atol=LOGITS_ATOL)
+    assert np.abs(at_3_hf - final).max() > 100 * LOGITS_ATOL  # another step's weights are told apart
+
+    # Started from the export (as an hf_model), a run evaluates as the base's last step did;
+    # the base itself, started afresh, evaluated far higher.
+    trained, continued = _summary(data, "//exp:model"), _summary(data, "//exp:continued")
+    assert abs(continued["initial_eval_loss"] - trained["eval_loss"]) < 1e-4, (continued, trained)
+    assert trained["initial_eval_loss"] - trained["eval_loss"] > 0.1
+    assert _summary(data, "//exp:base") == {
+        "family": "llama",
+        "source": {"dir": "//exp:export"},
+        "files": sorted(EXPORTED),
+        "vocab_size": 300,
+    }
+
+    # What does not fit fails in one line, before Levanter loads anything.
+    assert data["//exp:wider"]["status"] == data["//exp:retokenized"]["status"] == "failed"
+    assert data["//exp:wider"]["reason"] == (
+        "init_from_hf's config.json does not match this target's model: hidden_size 32 there, 64 here "
+        "(model: hidden_dim); intermediate_size 128 there, 256 here (model: intermediate_dim); "
+        "head_dim 16 there, 32 here (model: head_dim)"
+    )
+    assert data["//exp:retokenized"]["reason"].startswith(
+        "init_from_hf's tokenizer is not the one the data was tokenized with"
+    )
+    assert "Traceback" not in data["stderr"]
+
+    # The same checkpoint from the Hub, pinned to a commit: the same files.
+    offline_hub.add("model", "acme/tiny-llama", {path.name: path.read_bytes() for path in exported.iterdir()})
+    hub = f'hf_model(name = "hub_base", hub = "acme/tiny-llama", revision = "{offline_hub.commit}")\n'
+    (ws / "exp" / "BUILD.marin").write_text(DATA + MODEL + CONTINUED + hub)
+    again = _build(ws, "//exp:all")
+    assert {label: item["status"] for label, item in again.items() if label != "stderr"} == {
+        **{label: "cached" for label in ("//exp:corpus", "//exp:tokenizer", "//exp:tokens", "//exp:model")},
+        **{label: "cached" for label in ("//exp:export", "//exp:export_3", "//exp:base", "//exp:continued")},
+        "//exp:hub_base": "built",
+    }
+    from_hub = Path(again["//exp:hub_base"]["output"])
+    assert _summary(again, "//exp:hub_base")["source"] == {"repo": "acme/tiny-llama", "commit": offline_hub.commit}
+    assert all((from_hub / name).read_bytes() == (exported / name).read_bytes() for name in EXPORTED)
+
+
+def test_bad_hugging_face_checkpoints_fail_in_one_line(make_workspace, offline_hub) -> None:
+    weights = b"not read: only its presence is checked before the family"
+    llama = json.dumps({"model_type": "llama"})
+    ws = make_workspace(
+        {
+            "m/BUILD.marin": """\
+                filegroup(name = "no_weights", srcs = glob(["no_weights/*"]))
+                filegroup(name = "torch_weights", srcs = glob(["torch_weights/*"]))
+                filegroup(name = "missing_shard", srcs = glob(["missing_shard/*"]))
+                filegroup(name = "gpt2", srcs = glob(["gpt2/*"]))
+                filegroup(name = "no_tokenizer", srcs = glob(["no_tokenizer/*"]))
+                hf_model(name = "no_weights_model", dir = ":no_weights")
+                hf_model(name = "torch_weights_model", dir = ":torch_weights")
+                hf_model(name = "missing_shard_model", dir = ":missing_shard")
+                hf_model(name = "gpt2_model", dir = ":gpt2")
+                hf_model(name = "no_tokenizer_model", dir = ":no_tokenizer")
+                """,
+            "m/no_weights/config.json": llama,
+            "m/no_weights/tokenizer.json": "{}",
+            "m/torch_weights/config.json": llama,
+            "m/torch_weights/pytorch_model.bin": weights,
+            "m/missing_shard/config.json": llama,
+            "m/missing_shard/model.safetensors.index.json": json.dumps(
+                {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+            ),
+            "m/missing_shard/model-00001-of-00002.safetensors": weights,
+            "m/gpt2/config.json": json.dumps({"model_type": "gpt2"}),
+            "m/gpt2/model.safetensors": weights,
+            "m/no_tokenizer/config.json": llama,
+            "m/no_tokenizer/model.safetensors": weights,
+        },
+        config=CONFIG,
+    )
+    data = build_json(ws, "--keep-going", "//m:all", expect_rc=1)["by_label"]
+    reasons = {label.rpartition(":")[2]: item["reason"] for label, item in data.items() if item["status"] == "failed"}
+    assert reasons == {
+        "no_weights_model": "//m:no_weights holds no weights: no model.safetensors and no model.safetensors.index.json",
+        "torch_weights_model": "//m:torch_weights holds no weights: no model.safetensors and no "
+        "model.safetensors.index.json (pytorch_model.bin is not read: save it as safetensors)",
+        "missing_shard_model": "//m:missing_shard holds no weights: model.safetensors.index.json names shards "
+        "that are not there: model-00002-of-00002.safetensors",
+        "gpt2_model": "//m:gpt2: config.json says model_type 'gpt2', not the declared family 'llama'",
+        "no_tokenizer_model": "//m:no_tokenizer has no tokenizer.json: Levanter needs a fast tokenizer",
+    }
+    assert not any(path.name == "summary.json" for path in (ws / "cache").rglob("*"))  # nothing published
+
+
+def test_hf_model_attributes_are_checked_at_load(make_workspace) -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    cases = [
+        ('hf_model(name = "m", hub = "acme/tiny", revision = "main")', "revision 'main' is not a commit hash"),
+        (f'hf_model(name = "m", hub = "acme/tiny", revision = "{commit}", dir = ":d")', "give exactly one of hub"),
+        ('hf_model(name = "m", hub = "acme/tiny")', "a Hub checkpoint needs revision"),
+        (f'hf_model(name = "m", dir = ":d", revision = "{commit}")', "revision goes with hub"),
+        (f'hf_model(name = "m", hub = "acme/tiny", revision = "{commit}", family = "gpt2")', "family must be one of"),
+        ('export_hf(name = "m", model = ":d", step = 0)', "step: Levanter keeps no checkpoint at step 0"),
+        (
+            'train_lm(name = "m", data = ":d", model = {}, trainer = {"steps": 4}, init_from = ":d", init_step = 1, '
+            'init_from_hf = ":d")',
+            "give one of init_from",
+        ),
+    ]
+    for declared, message in cases:
+        ws = make_workspace({"m/BUILD.marin": f'filegroup(name = "d")\n# the target\n{declared}\n'}, config=CONFIG)
+        rule = declared.partition("(")[0]
+        assert_bad_input(build(ws, "//m:m"), ws, "m/BUILD.marin", 3, f"{rule} 'm': {message}")
