@@ -8,6 +8,7 @@ $MARINBUILD_BIN (default: ``marinbuild`` on PATH).
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -55,6 +56,16 @@ def log(message: str) -> None:
 
 def peers_venv() -> Path:
     return Path(os.environ.get(PEERS_VENV_VAR, DEFAULT_PEERS_VENV))
+
+
+def add_raw_corpus_args(parser: argparse.ArgumentParser) -> None:
+    """The options of the generated raw web corpus (rules/webdata/raw_corpus.py) that the
+    web-data benchmarks measure on."""
+    parser.add_argument("--pages", type=int, default=3000, help="pages generated (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="default: %(default)s")
+    parser.add_argument(
+        "--stdlib-modules", type=int, help="stdlib modules feeding the text pool (default: all; 0: the docs alone)"
+    )
 
 
 def peer_python(module: str, packages: str) -> Path | None:

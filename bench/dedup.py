@@ -57,11 +57,7 @@ WORD = re.compile(r"\w+")  # as rules.webdata.dedup tokenises
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pages", type=int, default=3000, help="pages generated (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="default: %(default)s")
-    parser.add_argument(
-        "--stdlib-modules", type=int, help="stdlib modules feeding the text pool (default: all; 0: the docs alone)"
-    )
+    benchlib.add_raw_corpus_args(parser)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per signer (default: %(default)s)")
     parser.add_argument(
         "--documents", type=int, default=1_000_000, help="synthetic documents of the reduce (default: %(default)s)"

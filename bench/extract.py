@@ -57,11 +57,7 @@ PEER_PACKAGES = "trafilatura lxml_html_clean"
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pages", type=int, default=3000, help="pages generated (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="default: %(default)s")
-    parser.add_argument(
-        "--stdlib-modules", type=int, help="stdlib modules feeding the text pool (default: all; 0: the docs alone)"
-    )
+    benchlib.add_raw_corpus_args(parser)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per extractor (default: %(default)s)")
     parser.add_argument("--skip-trafilatura", action="store_true", help="measure Resiliparse alone")
     parser.add_argument("--json-out", type=Path, help="also write results as JSON here")
