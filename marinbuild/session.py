@@ -41,20 +41,19 @@ from marinbuild.memo import Memo
 from marinbuild.packages import PackageLoader, Workspace, open_workspace
 from marinbuild.packages.package_cache import PackageCache, rules_fingerprint
 from marinbuild.packages.rule_modules import loading_code, workspace_rules
-from marinbuild.provenance import rerun
-from marinbuild.provenance.compare import Comparison
-from marinbuild.provenance.compare import compare as compare_runs
 from marinbuild.provenance.explain import Explanation, explain_miss, explain_target, recipe_changes
-from marinbuild.provenance.in_use import InUse, workspaces_in_use
 from marinbuild.provenance.log_tail import HolderLogTail
-from marinbuild.provenance.show import describe, read_metrics
-from marinbuild.query import QueryResult, Universe, run_query
 from marinbuild.store import ActionCache, AttemptStatus, Outputs
 from marinbuild.store.action_cache import ENTRY_FORMAT
 from marinbuild.store.mirrors import REGION_ENV, BucketRegions, MirrorHit, Mirrors, arrange, budget_line
 from marinbuild.targets.rule import Target, checkpoint_dir, checkpoint_name
 
+# What only the read commands use is imported where they run: a build loads none of it.
 if TYPE_CHECKING:
+    from marinbuild.provenance import rerun
+    from marinbuild.provenance.compare import Comparison
+    from marinbuild.provenance.in_use import InUse
+    from marinbuild.query import QueryResult
     from marinbuild.store.gcs import GCSStore
 
 
@@ -413,6 +412,8 @@ class Session:
     def resolve_output(self, text: str) -> tuple[str, str | None]:
         """The key of an output named by a key (or a unique prefix of one) or by a label, and a
         note when a label's current recipe is not built and its newest output is used instead."""
+        from marinbuild.provenance import rerun
+
         if ":" not in text and "/" not in text:
             return rerun.find_key(self.cache, text), None
         graph = self.plan([text])
@@ -435,6 +436,8 @@ class Session:
     def show(self, text: str, recursive: bool = False) -> tuple[dict, str | None]:
         """The recipe, provenance, files and metrics of an output (provenance/show.py); for
         an external artifact, where it lives and its pin."""
+        from marinbuild.provenance.show import describe
+
         if ":" in text or "/" in text:
             graph = self.plan([text])
             target = graph.targets[graph.requested[0]] if len(graph.requested) == 1 else None
@@ -446,6 +449,8 @@ class Session:
     def rerun(self, key_text: str, options: BuildOptions, reporter: Reporter) -> RerunResult:
         """Rebuild the recipe stored under a key (a unique prefix will do) from the store alone:
         what is cached is reused, what is missing is built again (provenance/rerun.py)."""
+        from marinbuild.provenance import rerun
+
         key = rerun.find_key(self.cache, key_text)
         recorded = self.cache.read_entry(key)
         with tempfile.TemporaryDirectory(prefix="marinbuild-rerun-") as sources:
@@ -465,6 +470,8 @@ class Session:
 
     def check(self, key_text: str, options: BuildOptions, reporter: Reporter) -> rerun.CheckReport:
         """Run the recipe of a cached key again, aside, and compare with what is published."""
+        from marinbuild.provenance import rerun
+
         key = rerun.find_key(self.cache, key_text)
         with tempfile.TemporaryDirectory(prefix="marinbuild-rerun-") as sources:
             graph = rerun.recipe_graph(self.cache, workspace_rules(self.workspace), key, Path(sources))
@@ -487,6 +494,8 @@ class Session:
         return report
 
     def _run_recipe(self, graph: Graph, key: str, options: BuildOptions, reporter: Reporter, command: str) -> Scheduler:
+        from marinbuild.provenance import rerun
+
         strict = rerun.stored_recipe(self.cache, key).strict_code
         return self._run_recorded(command, graph, [key], dataclasses.replace(options, strict_code=strict), reporter)
 
@@ -526,6 +535,8 @@ class Session:
         """The training runs among the targets the patterns name, side by side, with their
         evaluations among them; with `history`, their earlier outputs still in the store
         too (provenance/compare.py). Reads the store, writes nothing."""
+        from marinbuild.provenance.compare import compare as compare_runs
+
         graph = self.plan(patterns)
         planned = self._dry_run(graph)
         return compare_runs(
@@ -560,6 +571,8 @@ class Session:
 
     def query(self, expression: str, keep_going: bool = False) -> QueryResult:
         """Evaluate a query expression (docs/query.md). Writes nothing to the store."""
+        from marinbuild.query import Universe, run_query
+
         universe = Universe(self.loader, self.workspace.package_of(self.cwd), self._skip_dirs(), keep_going)
         result = run_query(expression, universe, self)
         self.loader.save_cache()
@@ -577,6 +590,8 @@ class Session:
         """What `cache gc` keeps: this workspace's current keys, and the key each workspace
         that built into the store recorded for each target in its newest build of it
         (provenance/in_use.py), with who those workspaces are."""
+        from marinbuild.provenance.in_use import workspaces_in_use
+
         found = workspaces_in_use(self.store)
         return self.workspace_keys() | found.keys, found
 
@@ -677,6 +692,8 @@ class Session:
 
     def metrics(self, pattern: str) -> dict:
         """The summary metrics of a built ML step (its rule's `metrics_file`); {} for other steps."""
+        from marinbuild.provenance.show import read_metrics
+
         target, outputs = self.current_output(pattern)
         entry = self.cache.read_entry(outputs.key)
         if isinstance(entry, str):

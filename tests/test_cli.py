@@ -356,7 +356,9 @@ def _leaf_command_lines(group: click.Group, prefix: tuple[str, ...] = ()) -> lis
     """A command line for every command of the CLI, nested ones included, with a sample value
     for each required argument: a command added later is covered without being listed."""
     lines = []
-    for name, command in group.commands.items():
+    with click.Context(group) as ctx:
+        commands = {name: group.get_command(ctx, name) for name in group.list_commands(ctx)}
+    for name, command in commands.items():
         if isinstance(command, click.Group):
             lines += _leaf_command_lines(command, (*prefix, name))
             continue

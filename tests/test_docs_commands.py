@@ -41,7 +41,7 @@ import click
 import pytest
 from conftest import CLI_TIMEOUT_S, REQUIRE_TOOLS, cli_env, parse_command_line, require_tool
 
-from marinbuild.cli.main import cli
+from marinbuild.cli.main import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -184,7 +184,7 @@ def test_the_docs_show_command_lines() -> None:
     # The README's commands are those the run below covers, the report's (test_report.py),
     # compare's, which needs training runs (test_compare.py), and pin's, which needs an
     # external artifact (test_external_artifacts.py).
-    readme = {command.args[0] for command in DOC_COMMANDS if command.file == "README.md"} & set(cli.commands)
+    readme = {command.args[0] for command in DOC_COMMANDS if command.file == "README.md"} & set(COMMANDS)
     assert readme == {*README_COMMANDS, "report", "serve", "compare", "pin"}, readme
     assert len(DOC_COMMANDS) > 60
 

@@ -103,7 +103,7 @@ class Scheduler:
         self.reporter.build_started(len(self.graph.targets))
         self.planner.hash_sources()
         self.cache.list_entries(len(self.graph.targets))
-        self.cache.read_ahead(self.planner.foreseen_keys())
+        self.cache.read_ahead(self.planner.foreseen_keys)
         ready = self.state.ready
         ready.extend(label for label in self.graph.order if self.state.waiting[label] == 0)
         queued: deque[Planned] = deque()

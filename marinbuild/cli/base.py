@@ -7,6 +7,7 @@ Exit status: 0 success, 1 a step failed, 2 bad input or usage, 130 interrupted.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -99,16 +100,31 @@ class SharedOptionsGroup(click.Group):
     added later takes them without declaring anything.
     """
 
+    def __init__(self, *args: Any, lazy_commands: dict[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # name -> "module:attribute", imported when the command is asked for: a no-op build
+        # then loads neither the query language nor the report's pages (docs/benchmarks.md).
+        self.lazy_commands = dict(lazy_commands or {})
+
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         cmd.params.extend(shared_options())
         super().add_command(cmd, name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            module, _, attribute = self.lazy_commands[cmd_name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return self.commands.get(cmd_name)
 
 
 class DefaultToBuild(SharedOptionsGroup):
     """`marinbuild //x:all` is `marinbuild build //x:all`."""
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
-        if args and args[0] not in self.commands and not args[0].startswith("--"):
+        if args and args[0] not in self.list_commands(ctx) and not args[0].startswith("--"):
             args = ["build", *args]
         return super().resolve_command(ctx, args)
 

@@ -11,11 +11,32 @@ import signal
 import click
 
 import marinbuild
-from marinbuild.cli import build_commands, cache_commands, read_commands, report_commands
 from marinbuild.cli.base import DefaultToBuild, shared_options
 
+# Each command's module is imported when the command is asked for (SharedOptionsGroup).
+COMMANDS = {
+    "build": "marinbuild.cli.build_commands:build",
+    "pin": "marinbuild.cli.build_commands:pin",
+    "rerun": "marinbuild.cli.build_commands:rerun",
+    "where": "marinbuild.cli.read_commands:where",
+    "show": "marinbuild.cli.read_commands:show",
+    "explain": "marinbuild.cli.read_commands:explain_command",
+    "log": "marinbuild.cli.read_commands:log",
+    "history": "marinbuild.cli.read_commands:history",
+    "query": "marinbuild.cli.read_commands:query",
+    "compare": "marinbuild.cli.report_commands:compare",
+    "report": "marinbuild.cli.report_commands:report",
+    "serve": "marinbuild.cli.report_commands:serve",
+    "cache": "marinbuild.cli.cache_commands:cache",
+}
 
-@click.group(cls=DefaultToBuild, params=shared_options(), context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(
+    cls=DefaultToBuild,
+    lazy_commands=COMMANDS,
+    params=shared_options(),
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(marinbuild.__version__, prog_name="marinbuild")
 def cli() -> None:
     """A content-addressed build system for training foundation models.
@@ -24,24 +45,6 @@ def cli() -> None:
     (`marinbuild build //x:all --store DIR`); given in both places, the one after the
     command wins.
     """
-
-
-for _command in (
-    build_commands.build,
-    build_commands.pin,
-    build_commands.rerun,
-    read_commands.where,
-    read_commands.show,
-    read_commands.explain_command,
-    read_commands.log,
-    read_commands.history,
-    read_commands.query,
-    report_commands.compare,
-    report_commands.report,
-    report_commands.serve,
-    cache_commands.cache,
-):
-    cli.add_command(_command)
 
 
 def _terminated(signum: int, frame: object) -> None:

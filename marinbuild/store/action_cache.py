@@ -22,7 +22,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,14 +282,16 @@ class ActionCache:
         listed = self._listed.get(layout.entry(key)) if self._listed is not None else None
         return None if listed is None else listed.metadata.get(TREE_HINT)
 
-    def read_ahead(self, keys: Sequence[str]) -> None:
-        """Read at once the listed entries of `keys` that this machine has not verified
-        before, for their look-ups: a build foresees its keys from the listing's hints
-        (`listed_tree`), so that a machine new to a store reads the entries of a whole graph
-        in overlapping round trips rather than a round trip per level of the graph."""
+    def read_ahead(self, foresee: Callable[[], Sequence[str]]) -> None:
+        """Read at once the listed entries of the keys `foresee` returns that this machine
+        has not verified before, for their look-ups: a build foresees its keys from the
+        listing's hints (`listed_tree`), so that a machine new to a store reads the entries
+        of a whole graph in overlapping round trips rather than a round trip per level of
+        the graph. Without a listing (a local store) nothing is foreseen: that costs a
+        key per target."""
         if self._listed is None:
             return
-        paths = dict.fromkeys(map(layout.entry, keys))  # a kept state's key may be foreseen twice
+        paths = dict.fromkeys(map(layout.entry, foresee()))  # a kept state's key may be foreseen twice
         unread = [path for path in paths if path in self._listed and not self._remembered(path)]
         self._read_ahead.update(self.store.read_many(unread))
 
