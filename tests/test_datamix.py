@@ -225,6 +225,7 @@ def test_a_filter_parameter_reruns_the_filters_and_what_follows_not_extraction(d
 
 
 def test_the_whole_example_trains_on_the_mixture_and_a_second_run_reruns_nothing(datamix):
+    """`marinbuild //experiments/datamix:all`, as docs/tutorial.md shows it, on the copy."""
     ws, _, _ = datamix
     everything = _build(ws, f"{PKG}:all")
     assert {label for label, status in statuses(everything).items() if status == "built"} == {
