@@ -163,22 +163,22 @@ _TASKS_HINT = 'a label of a local task (mc_task) or {"task": NAME, "data": LABEL
 
 def _normalize_tasks(value: JsonValue, package: str) -> JsonValue:
     if not isinstance(value, (list, tuple)) or not value:
-        raise ValueError(f"tasks: expected a non-empty list, each {_TASKS_HINT}; got {value!r}")
+        raise ValueError(f"expected a non-empty list, each {_TASKS_HINT}; got {value!r}")
     tasks: list[JsonValue] = []
     for item in value:
         if isinstance(item, str):
             tasks.append(absolute_label(item, package))
             continue
         if not isinstance(item, dict) or set(item) != {"task", "data"}:
-            raise ValueError(f"tasks: expected {_TASKS_HINT}, got {item!r}")
+            raise ValueError(f"expected {_TASKS_HINT}, got {item!r}")
         name = item["task"]
         if not isinstance(name, str) or not _TASK_NAME.fullmatch(name):
-            raise ValueError(f"tasks: {name!r} is not an lm-eval task name (such as 'arc_easy')")
+            raise ValueError(f"{name!r} is not an lm-eval task name (such as 'arc_easy')")
         tasks.append({"task": name, "data": absolute_label(item["data"], package)})
     shown = [json.dumps(task, sort_keys=True) for task in tasks]
     duplicates = sorted({text for text in shown if shown.count(text) > 1})
     if duplicates:
-        raise ValueError(f"tasks: listed twice: {', '.join(duplicates)}")
+        raise ValueError(f"listed twice: {', '.join(duplicates)}")
     return tasks
 
 

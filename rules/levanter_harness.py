@@ -142,7 +142,7 @@ def _write_tasks(sources: Sequence[TaskSource], task_dir: Path, num_fewshot: int
             included = _registered_yaml(registry, source.name)
             config, name = load_yaml_config(str(included), mode="simple"), source.name
             builder, data_files = _data_files(source, local)
-            overrides = {"dataset_path": builder, "dataset_name": None}
+            overrides = {"dataset_path": builder, "dataset_name": None, **_absent_splits(config, data_files, source)}
         if name in names:
             raise StepFailed(f"two of the tasks are named {name!r}: lm-eval runs each name once")
         names.append(name)
@@ -228,6 +228,27 @@ def _data_files(source: TaskSource, local: Path) -> tuple[str, dict[str, list[st
     for path in files:
         by_split.setdefault(path.name.split("-")[0].split(".")[0], []).append(str(path))
     return builders.pop(), by_split
+
+
+_SPLIT_FIELDS = ("training_split", "validation_split", "test_split", "fewshot_split")
+
+
+def _absent_splits(config: Mapping[str, Any], data_files: Mapping[str, Any], source: TaskSource) -> dict[str, None]:
+    """The split fields of a named task's config whose split its data lacks, unset: lm-eval
+    then evaluates on the validation split if there is no test split, and draws few-shot
+    examples from the train, validation or (with a warning) test split, the first there is.
+    Data with neither a test nor a validation split has nothing to evaluate."""
+    absent = {field: None for field in _SPLIT_FIELDS if config.get(field) and config[field] not in data_files}
+    evaluated = [
+        config[field] for field in ("test_split", "validation_split") if config.get(field) and field not in absent
+    ]
+    if not evaluated:
+        wanted = " or ".join(config[field] for field in ("test_split", "validation_split") if config.get(field))
+        raise StepFailed(
+            f"{source.label} holds the splits {sorted(data_files)} of {source.name!r}, which evaluates its "
+            f"{wanted or 'test'} split: give its file ({wanted.split(' or ')[0] or 'test'}.jsonl)"
+        )
+    return absent
 
 
 # -- the model ------------------------------------------------------------------------------
