@@ -50,6 +50,7 @@ train_lm(
     model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
     optimizer = {{"learning_rate": 3e-3}},
     trainer = {TRAINER},
+    keep_checkpoints = [3],
 )
 export_hf(name = "export", model = ":model")
 hf_model(name = "base", dir = ":export")
@@ -58,7 +59,7 @@ filegroup(name = "arc", srcs = ["arc/test.jsonl"])
 TASKS = [":next_line", {{"task": "arc_easy", "data": ":arc"}}]
 eval_harness(name = "harness", model = ":model", tasks = TASKS)
 eval_harness(name = "harness_hf", model = ":base", tasks = [":next_line"])
-eval_harness(name = "few_shot", model = ":model", tasks = [":next_line"], num_fewshot = 2, limit = 5)
+eval_harness(name = "few_shot", model = ":model", step = 3, tasks = [":next_line"], num_fewshot = 2, limit = 5)
 eval_harness(name = "misnamed", model = ":model", tasks = [{{"task": "arc_eazy", "data": ":arc"}}])
 """
 # The first build trains, exports and evaluates 4 times, each evaluation starting Levanter
@@ -104,7 +105,7 @@ def test_eval_harness_on_a_local_task_and_an_lm_eval_task(tmp_path: Path) -> Non
             assert abs(metrics[f"{name}.{metric}"] * count - round(metrics[f"{name}.{metric}"] * count)) < 1e-9
     assert abs(metrics["acc"] - (metrics["next_line.acc"] + metrics["arc_easy.acc"]) / 2) < 1e-12
 
-    # The same weights in Hugging Face format score the same; limit and few-shot change what is scored.
+    # The same weights in Hugging Face format score the same. The state kept at step 3, few-shot, limited.
     hf = _metrics(data, "//exp:harness_hf")
     assert (hf["tasks"], hf["samples"]) == (1, 12)
     assert all(abs(hf[f"next_line.{name}"] - metrics[f"next_line.{name}"]) < 1e-9 for name in ("acc", "acc_norm"))
