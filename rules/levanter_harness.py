@@ -128,7 +128,8 @@ def _metrics(outputs: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]
 
 def _write_tasks(sources: Sequence[TaskSource], task_dir: Path, num_fewshot: int, tmp: Path) -> list[str]:
     """A YAML file in `task_dir` for each task, and the tasks' names (those of the configs)."""
-    registry = _registry() if any(source.name is not None for source in sources) else None
+    # lm-eval's index of its own tasks (all of its YAML files), for the tasks named.
+    registry = lm_eval_tasks.TaskManager() if any(source.name is not None for source in sources) else None
     names: list[str] = []
     for index, source in enumerate(sources):
         local = local_copy(source.location, tmp / "task-inputs" / str(index))
@@ -194,11 +195,6 @@ def _relative_to(data_files: Any, root: Path, source: TaskSource) -> Any:
     if not path.is_file():
         raise StepFailed(f"{source.label}: {TASK_FILE} reads {data_files}, which the target does not hold")
     return str(path)
-
-
-def _registry() -> lm_eval_tasks.TaskManager:
-    """lm-eval's index of its own tasks (all of its YAML files)."""
-    return lm_eval_tasks.TaskManager()
 
 
 def _registered_yaml(registry: lm_eval_tasks.TaskManager, name: str) -> Path:

@@ -61,6 +61,7 @@ eval_harness(name = "harness", model = ":model", tasks = TASKS)
 eval_harness(name = "harness_hf", model = ":base", tasks = [":next_line"])
 eval_harness(name = "few_shot", model = ":model", step = 3, tasks = [":next_line"], num_fewshot = 2, limit = 5)
 eval_harness(name = "misnamed", model = ":model", tasks = [{{"task": "arc_eazy", "data": ":arc"}}])
+eval_harness(name = "not_a_task", model = ":model", tasks = [":arc"])
 """
 # The first build trains, exports and evaluates 4 times, each evaluation starting Levanter
 # and lm-eval (indexing lm-eval's own tasks takes some 20 s): minutes on a loaded machine.
@@ -112,15 +113,19 @@ def test_eval_harness_on_a_local_task_and_an_lm_eval_task(tmp_path: Path) -> Non
     few = _metrics(data, "//exp:few_shot")
     assert (few["tasks"], few["samples"]) == (1, 5) and 0 <= few["acc"] <= 1
 
-    # An unknown task fails its step in one line, before any model is loaded.
-    assert data["//exp:misnamed"]["status"] == "failed"
+    # An unknown task, or a target that holds none, fails its step in one line, before any model is loaded.
+    assert data["//exp:misnamed"]["status"] == data["//exp:not_a_task"]["status"] == "failed"
     assert data["//exp:misnamed"]["reason"] == (
         f"lm-eval {LM_EVAL_VERSION} has no task named 'arc_eazy'; did you mean arc_easy, arc_eu_easy, arc_ca_easy?"
+    )
+    assert data["//exp:not_a_task"]["reason"] == (
+        "//exp:arc holds 0 task.yaml files: a local task is one directory holding an lm-eval task.yaml and its "
+        "data (an mc_task target)"
     )
     assert "Traceback" not in data["stderr"]
 
     # A second build reruns nothing; a build of the evaluation prints its headline.
-    rc, out, err = run_cli(ws, "//exp:all", "-//exp:misnamed", timeout=TRAIN_TIMEOUT_S)
+    rc, out, err = run_cli(ws, "//exp:all", "-//exp:misnamed", "-//exp:not_a_task", timeout=TRAIN_TIMEOUT_S)
     assert rc == 0 and "0 built, 11 cached" in err, err
     rc, out, err = run_cli(ws, "//exp:harness")
     assert rc == 0 and "0 built, 7 cached" in err, err
