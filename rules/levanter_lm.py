@@ -317,24 +317,49 @@ def train_config(
     weights = dict(zip(sets, mixture.values())) if isinstance(mixture, dict) else {tag: 1.0 for tag in sets}
     wandb = tracker_fields(attrs.get("tracker"))
     trackers = [wandb_config(wandb, run.key, run.label)] if wandb is not None and run is not None else []
-    steps = attrs["trainer"]["steps"]
     return levanter_train_lm.TrainLmConfig(
         data=data_config(sets, weights, tokenizer),
         model=model_config(attrs["model"], tokenizer, tmp),
         optimizer=optimizer_config(attrs["optimizer"]),
-        trainer=trainer_config(
+        trainer=run_trainer_config(
             attrs["trainer"],
             attrs["seed"],
-            scratch / "checkpoints",
-            _metrics_file(scratch, tmp),
-            tmp / "levanter-logs",
+            scratch,
+            tmp,
+            run,
             distributed,
             trackers,
-            None if run is None else ProgressLines(steps, run.progress, run.log),
             attrs.get("keep_checkpoints") or (),
             None if init is None else f"{init}/checkpoint",
         ),
         initialize_from_hf=False if init_hf is None else str(init_hf),
+    )
+
+
+def run_trainer_config(
+    trainer: Mapping[str, Any],
+    seed: int,
+    scratch: Path,
+    tmp: Path,
+    run: RunInfo | None = None,
+    distributed: bool = False,
+    trackers: Sequence[TrackerConfig] = (),
+    kept: Sequence[int] = (),
+    initialize_from: str | None = None,
+) -> TrainerConfig:
+    """The trainer of a training `run_training` runs: its checkpoints and metrics in
+    `scratch`, where the next attempt resumes from them, and with `run` its progress lines."""
+    return trainer_config(
+        trainer,
+        seed,
+        scratch / "checkpoints",
+        _metrics_file(scratch, tmp),
+        tmp / "levanter-logs",
+        distributed,
+        trackers,
+        None if run is None else ProgressLines(trainer["steps"], run.progress, run.log),
+        kept,
+        initialize_from,
     )
 
 
@@ -471,7 +496,7 @@ def run_training(
         raise StepFailed(f"training ended without a checkpoint at {last}; see the log")
     kept.write(out)
     shutil.copytree(checkpoints / last, out / "checkpoint")
-    _fix_checkpoint_timestamp(out / "checkpoint" / "metadata.json")
+    fix_checkpoint_timestamp(out / "checkpoint" / "metadata.json")
     shutil.copytree(tokenizer, out / TOKENIZER_DIR)
     shutil.copy(metrics, out / "metrics.jsonl")
     (out / MODEL_FILE).write_text(record)
@@ -575,7 +600,7 @@ class KeptStates:
         directory = self.into / f"step-{step}"
         shutil.rmtree(directory, ignore_errors=True)
         shutil.copytree(source, directory / "checkpoint")
-        _fix_checkpoint_timestamp(directory / "checkpoint" / "metadata.json")
+        fix_checkpoint_timestamp(directory / "checkpoint" / "metadata.json")
         (directory / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows if row["step"] <= step))
         (directory / MODEL_FILE).write_text(self.record)
         shutil.copytree(self.tokenizer, directory / TOKENIZER_DIR)
@@ -606,7 +631,7 @@ def _parameter_count(logged: Mapping[str, Any], saved: Path) -> int | None:
     return json.loads(saved.read_text()) if saved.exists() else None
 
 
-def _fix_checkpoint_timestamp(metadata: Path) -> None:
+def fix_checkpoint_timestamp(metadata: Path) -> None:
     fields = json.loads(metadata.read_text())
     metadata.write_text(json.dumps({**fields, "timestamp": CHECKPOINT_TIMESTAMP}))
 
