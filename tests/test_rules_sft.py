@@ -9,14 +9,18 @@ Levanter trains on, built from the caches sft_lm writes, in this process.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
 import numpy as np
-from conftest import build_json, run_cli, statuses
+from conftest import build_json, cli_command, cli_env, run_cli, statuses
 from helpers_workspace import assert_bad_input, build
 from test_rules_hf import _logits
-from test_rules_lm import _workspace
+from test_rules_lm import _wait_for_checkpoint, _workspace
 
 from rules.chat_data import ASSISTANT, MESSAGES, chat_problem, conversations
 from rules.data import stdlib_inputs
@@ -161,6 +165,80 @@ def test_fine_tuning_with_and_without_lora(tmp_path: Path) -> None:
     rc, table, err = run_cli(ws, "compare", "//exp:sft", "//exp:sft_lora", "--by", "eval_loss")
     assert rc == 0, err
     assert "lora.r" in table.splitlines()[0] and "best by eval_loss (lowest): //exp:sft" in table, table
+
+
+# A Hugging Face checkpoint as transformers writes one (a Hub model's form): a random tiny
+# Llama, saved by PyTorch in a process of its own (the steps never import torch).
+RANDOM_LLAMA = """
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=int(sys.argv[2]), hidden_size=32, intermediate_size=128, num_hidden_layers=1,
+                     num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+LlamaForCausalLM(config).save_pretrained(sys.argv[1])
+"""
+
+
+def _hf_checkpoint(directory: Path, texts: list[str]) -> Path:
+    tokenizer = _tokenizer(directory, texts)
+    env = {name: value for name, value in cli_env().items() if name != "USE_TORCH"}
+    vocabulary = json.loads((tokenizer / "tokenizer.json").read_text())["model"]["vocab"]
+    done = subprocess.run(
+        [sys.executable, "-c", RANDOM_LLAMA, str(directory), str(len(vocabulary))],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return directory
+
+
+def test_a_killed_lora_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    texts = [line for path in sorted(stdlib_inputs({}).values())[:40] for line in path.read_text().splitlines()]
+    _hf_checkpoint(ws / "exp" / "base", texts)
+    trainer = '{"steps": 100, "batch_size": 2, "eval_interval": 1000, "checkpoint_interval": 10, "max_eval_batches": 1}'
+    (ws / "exp" / "BUILD.marin").write_text(
+        f"""
+filegroup(name = "files", srcs = glob(["base/*"]))
+hf_model(name = "base", dir = ":files")
+chat_data(name = "chats", sample_count = 200, answer_characters = 100)
+sft_lm(name = "sft", model = ":base", data = ":chats", trainer = {trainer}, lora = {{"r": 2}})
+"""
+    )
+    (ws / "marinbuild.toml").write_text(CONFIG)
+    _build(ws, "//exp:base", "//exp:chats")
+
+    build = subprocess.Popen(
+        cli_command(ws, "build", "//exp:sft"),
+        cwd=ws,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:  # killed once the second checkpoint is saved: the first one's step is logged by then
+        _wait_for_checkpoint(ws / "cache" / "scratch", build, at_least=19)
+    finally:
+        os.killpg(build.pid, signal.SIGKILL)
+        build.wait()
+
+    data = _build(ws, "//exp:sft")
+    assert data["//exp:sft"]["status"] == "built"
+    rc, out, err = run_cli(ws, "show", "--json", "//exp:sft")
+    assert rc == 0, err
+    measured = json.loads(out)["measured"]
+    resumed = measured["resumed_from_step"]
+    assert resumed is not None and resumed >= 9
+    assert measured["first_step_trained"] == resumed + 1 and measured["steps_trained"] == 99 - resumed
+    output = Path(data["//exp:sft"]["output"])
+    rows = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == list(range(100))
+    assert {path.name for path in (output / "checkpoint").iterdir()} == {"metadata.json", "model"}  # merged
+    # Its adapters came back from the checkpoint over the base's weights: trained again from
+    # the recipe, uninterrupted, the run ends with the same metrics.
+    rc, out, err = run_cli(ws, "rerun", "--check", data["//exp:sft"]["key"], timeout=BUILD_TIMEOUT_S)
+    assert rc == 0 and "matches the stored output (metrics)" in out, out + err
 
 
 def _chat_set(root: Path, split_chats: dict[str, list[list[dict[str, str]]]]) -> Path:
