@@ -62,6 +62,7 @@ from rules.levanter_lm import (
     run_trainer_config,
     run_training,
 )
+from rules.sft import GENERATION_TAG
 from rules.tokenizer import TOKENIZER_FILES
 
 # The tokenizer's files that go into the output's tokenizer/ (config.json is the model's).
@@ -116,15 +117,15 @@ def fine_tune(
     recorded = {"model": fields, "trainer": attrs["trainer"]}
     lora = attrs["lora"]
     if lora is None:
-        config: Any = levanter_train_lm.TrainLmConfig(
+        full = levanter_train_lm.TrainLmConfig(
             data=dataset, model=levanter_model, optimizer=optimizer, trainer=trainer, initialize_from_hf=str(base)
         )
         return run_training(
-            config, lambda: levanter_train_lm.main(config), recorded, tokenizer, out, scratch, tmp, started, log=run.log
+            full, lambda: levanter_train_lm.main(full), recorded, tokenizer, out, scratch, tmp, started, log=run.log
         )
     converter = levanter_model.hf_checkpoint_converter().replaced(reference_checkpoint=str(base))
     adapters = LoraConfig(**lora)
-    config = lora_lm.LoraLmConfig(
+    low_rank = lora_lm.LoraLmConfig(
         initialize_from_hf=str(base),
         lora=adapters,
         data=dataset,
@@ -133,7 +134,7 @@ def fine_tune(
         max_train_length=fields["seq_len"],
     )
     trained = run_training(
-        config, lambda: _lora_main(config, converter), recorded, tokenizer, out, scratch, tmp, started, log=run.log
+        low_rank, lambda: _lora_main(low_rank, converter), recorded, tokenizer, out, scratch, tmp, started, log=run.log
     )
     merge_adapters(out / "checkpoint", converter, levanter_model, adapters)
     return trained
@@ -180,9 +181,15 @@ def _chat_tokenizer(base: Path, template: str | None, into: Path) -> tuple[Path,
     for pattern in _TOKENIZER_FILES:
         for path in sorted(base.glob(pattern)):
             shutil.copyfile(path, into / path.name)
-    template = template or AutoTokenizer.from_pretrained(str(base)).chat_template
-    if not isinstance(template, str):
-        raise StepFailed("the model's tokenizer has no chat template (of its own, as one string): give a chat_template")
+    if template is None:
+        template = AutoTokenizer.from_pretrained(str(base)).chat_template
+        if not isinstance(template, str):
+            raise StepFailed("the model's tokenizer has no chat template (as one string): give sft_lm a chat_template")
+        if not GENERATION_TAG.search(template):
+            raise StepFailed(
+                "the model's tokenizer's chat template marks no assistant tokens (it has no {% generation %} block): "
+                "give sft_lm a chat_template that does"
+            )
     settings_file = into / _TOKENIZER_CONFIG
     settings = json.loads(settings_file.read_text()) if settings_file.exists() else {}
     settings_file.write_text(json.dumps({**settings, "chat_template": template}, indent=2) + "\n")
@@ -205,13 +212,7 @@ def chat_caches(
     attempt at the key wrote it. Every line is checked: a conversation (`chat_problem`) the
     template renders, and each split has assistant tokens within the first `seq_len`
     tokens of some conversation; else StepFailed names the line or the split."""
-    tokenizer_object = AutoTokenizer.from_pretrained(str(tokenizer))
-    try:
-        processor = preprocessor_for_format(chat_format, tokenizer_object)
-    except ValueError as error:  # no template, or one without a generation block
-        raise StepFailed(
-            f"the chat template cannot mark the assistant's tokens: {str(error).splitlines()[0]}"
-        ) from None
+    processor = preprocessor_for_format(chat_format, AutoTokenizer.from_pretrained(str(tokenizer)))
     caches = {}
     for label, location in data.items():
         tag = label.rpartition(":")[2]
@@ -330,7 +331,7 @@ def merge_adapters(
     `model` only, of the base's architecture — what eval_lm and export_hf read."""
     step = json.loads((checkpoint / "metadata.json").read_text())["step"]
     with local_cpu_mesh():
-        base = converter.load_pretrained(LlamaConfig, config=model, dtype=jnp.float32)
+        base = converter.load_pretrained(model.model_type, config=model, dtype=jnp.float32)
         adapted = loraize(base, adapters, key=jax.random.PRNGKey(0))  # the adapters' values are read back
         trained = eqx.filter(adapted, lora_trainable_params_filter(adapted))
         trained = load_checkpoint(trained, str(checkpoint), subpath="model", discover_latest=False)
