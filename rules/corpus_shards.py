@@ -75,14 +75,16 @@ class ShardWriter:
 
 def write_corpus(
     out: Path,
-    documents: Iterable[str],
+    documents: Iterable[Any],
     *,
     sample_count: int | None,
     validation_fraction: float,
     progress: Callable[[float, float | None, str], None],
     source: Mapping[str, Any],
+    field: str = "text",
 ) -> dict[str, Any]:
-    """Write `documents` (empty ones dropped) as train/validation shards and summary.json.
+    """Write `documents` (empty ones dropped) as train/validation shards and summary.json,
+    each a line `{field: document}`: a text, or a chat's messages (chat_data).
 
     Document i goes to validation when ceil((i + 1) * f) > ceil(i * f): the first
     document and then one in every 1/f, so even a tiny sample has a validation split.
@@ -101,7 +103,7 @@ def write_corpus(
             if sample_count is not None and count >= sample_count:
                 break
             held_out = math.ceil((count + 1) * fraction) > math.ceil(count * fraction)
-            writers["validation" if held_out else "train"].write({"text": text})
+            writers["validation" if held_out else "train"].write({field: text})
             count += 1
             if count % PROGRESS_EVERY == 0:
                 progress(count, sample_count, "docs")

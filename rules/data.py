@@ -266,7 +266,9 @@ def _check_python_corpus(attrs: Mapping[str, JsonValue]) -> None:
     check_corpus_attrs(attrs)
 
 
-def _stdlib_inputs(_attrs: Mapping[str, JsonValue]) -> dict[str, Path]:
+def stdlib_inputs(_attrs: Mapping[str, JsonValue]) -> dict[str, Path]:
+    """The standard library's files by their path in it: what the rules that read it
+    (python_corpus, chat_data) declare as external inputs, and read in this order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     return {path.relative_to(root).as_posix(): path for path in stdlib_files(root)}
 
@@ -274,7 +276,7 @@ def _stdlib_inputs(_attrs: Mapping[str, JsonValue]) -> dict[str, Path]:
 python_corpus = Rule(
     name="python_corpus",
     impl=_python_corpus,
-    external_inputs=_stdlib_inputs,
+    external_inputs=stdlib_inputs,
     execution=Execution.SUBPROCESS,
     validate=_check_python_corpus,
     doc=(

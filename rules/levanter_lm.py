@@ -35,7 +35,12 @@ import jax
 from fsspec.implementations.local import LocalFileSystem
 from jax.experimental import multihost_utils
 from levanter.checkpoint import CheckpointerConfig, discover_latest_checkpoint
-from levanter.data.text import LMMixtureDatasetConfig, UrlDatasetSourceConfig
+from levanter.data.text import (
+    LmDatasetFormatBase,
+    LMMixtureDatasetConfig,
+    TextLmDatasetFormat,
+    UrlDatasetSourceConfig,
+)
 from levanter.distributed import DistributedConfig, RayConfig
 from levanter.layers.attention import AttentionBackend
 from levanter.main import eval_lm as levanter_eval_lm
@@ -87,6 +92,8 @@ TIMING_FILE = "timing.jsonl"
 # save time, which would make every training's output differ. Levanter reads it only to
 # order checkpoints in one directory, and an output holds one.
 CHECKPOINT_TIMESTAMP = "2000-01-01T00:00:00"
+# What a tokenize target's caches hold: tokenized text.
+TEXT_FORMAT = TextLmDatasetFormat()
 
 
 # -- metrics --------------------------------------------------------------------------------
@@ -165,16 +172,22 @@ def tokenizer_digest(directory: Path) -> str:
     return blake3.blake3((directory / "tokenizer.json").read_bytes()).hexdigest()
 
 
-def data_config(sets: Mapping[str, str], weights: Mapping[str, float], tokenizer: Path) -> LMMixtureDatasetConfig:
+def data_config(
+    sets: Mapping[str, str],
+    weights: Mapping[str, float],
+    tokenizer: Path,
+    format: LmDatasetFormatBase = TEXT_FORMAT,
+) -> LMMixtureDatasetConfig:
     """A Levanter mixture over prebuilt caches (one component for a single data set).
 
     A mixture restarts a component that runs out, so a run always lasts its steps (a
     single Levanter data set would stop training silently at the end of the data).
+    `format` is what the caches hold: tokenized text (tokenize), or chat (sft_lm).
     """
     return LMMixtureDatasetConfig(
         tokenizer=str(tokenizer),
         cache_dir=None,
-        configs={tag: UrlDatasetSourceConfig(cache_dir=location) for tag, location in sets.items()},
+        configs={tag: UrlDatasetSourceConfig(cache_dir=location, format=format) for tag, location in sets.items()},
         train_weights=dict(weights),
         shuffle=True,
         permutation_type="feistel",
@@ -304,24 +317,49 @@ def train_config(
     weights = dict(zip(sets, mixture.values())) if isinstance(mixture, dict) else {tag: 1.0 for tag in sets}
     wandb = tracker_fields(attrs.get("tracker"))
     trackers = [wandb_config(wandb, run.key, run.label)] if wandb is not None and run is not None else []
-    steps = attrs["trainer"]["steps"]
     return levanter_train_lm.TrainLmConfig(
         data=data_config(sets, weights, tokenizer),
         model=model_config(attrs["model"], tokenizer, tmp),
         optimizer=optimizer_config(attrs["optimizer"]),
-        trainer=trainer_config(
+        trainer=run_trainer_config(
             attrs["trainer"],
             attrs["seed"],
-            scratch / "checkpoints",
-            _metrics_file(scratch, tmp),
-            tmp / "levanter-logs",
+            scratch,
+            tmp,
+            run,
             distributed,
             trackers,
-            None if run is None else ProgressLines(steps, run.progress, run.log),
             attrs.get("keep_checkpoints") or (),
             None if init is None else f"{init}/checkpoint",
         ),
         initialize_from_hf=False if init_hf is None else str(init_hf),
+    )
+
+
+def run_trainer_config(
+    trainer: Mapping[str, Any],
+    seed: int,
+    scratch: Path,
+    tmp: Path,
+    run: RunInfo | None = None,
+    distributed: bool = False,
+    trackers: Sequence[TrackerConfig] = (),
+    kept: Sequence[int] = (),
+    initialize_from: str | None = None,
+) -> TrainerConfig:
+    """The trainer of a training `run_training` runs: its checkpoints and metrics in
+    `scratch`, where the next attempt resumes from them, and with `run` its progress lines."""
+    return trainer_config(
+        trainer,
+        seed,
+        scratch / "checkpoints",
+        _metrics_file(scratch, tmp),
+        tmp / "levanter-logs",
+        distributed,
+        trackers,
+        None if run is None else ProgressLines(trainer["steps"], run.progress, run.log),
+        kept,
+        initialize_from,
     )
 
 
@@ -383,12 +421,58 @@ def train(
     Hugging Face checkpoint whose weights the run starts from lies (`init_from_hf`).
     """
     started = started or time.time()
-    if run is not None and run.log is not None:
-        run.log.info("JAX devices: %s", ", ".join(str(device) for device in jax.devices()))
     attrs = lm_config.resolve_attrs(attrs)  # model.json records the effective model config
     sets, tokenizer = tokenized_sets(data, tmp)
     base = None if init_hf is None else check_hf_base(init_hf, attrs["model"], tokenizer, tmp)
     config = train_config(attrs, sets, tokenizer, scratch, tmp, distributed, run, init, base)
+    before = _initial_rows(init, tokenizer) if init is not None else []
+    trained = run_training(
+        config,
+        lambda: levanter_train_lm.main(config),
+        attrs,
+        tokenizer,
+        out,
+        scratch,
+        tmp,
+        started,
+        distributed=distributed,
+        log=None if run is None else run.log,
+        publish=publish,
+        initial=before,
+    )
+    if init is not None:
+        trained.measured["continued_from_step"] = attrs["init_step"]
+    return trained
+
+
+def run_training(
+    config: Any,
+    launch: Callable[[], None],
+    attrs: Mapping[str, Any],
+    tokenizer: Path,
+    out: Path,
+    scratch: Path,
+    tmp: Path,
+    started: float,
+    *,
+    distributed: bool = False,
+    log: logging.Logger | None = None,
+    publish: PublishFn | None = None,
+    initial: Sequence[dict[str, Any]] = (),
+) -> Trained:
+    """Run (or resume) one Levanter training in `scratch`, then write a training's outputs
+    into `out`: checkpoint/, tokenizer/, metrics.jsonl, model.json and summary.json.
+
+    The one way train_lm and sft_lm train, so that both resume alike after a kill, record
+    the same metrics and summaries, and publish outputs eval_lm and export_hf read.
+    `config` is the config of a Levanter entry point (its `trainer` made by
+    `trainer_config`), which `launch` runs; `attrs` holds the resolved `model` (for
+    model.json) and `trainer`, and the `keep_checkpoints` handed to `publish` as each is
+    written. `tokenizer` is the local directory of the tokenizer the run trains with;
+    `initial`: the metrics rows the run's history starts with (a continuation's).
+    """
+    if log is not None:
+        log.info("JAX devices: %s", ", ".join(str(device) for device in jax.devices()))
     checkpoints = scratch / "checkpoints"
     last = f"step-{attrs['trainer']['steps'] - 1}"
     metrics = scratch / "metrics.jsonl"
@@ -398,22 +482,24 @@ def train(
         multihost_utils.sync_global_devices("marinbuild: scratch ready")
     # Levanter refuses a run with no steps left: one whose last step is saved and logged is done.
     finished = (checkpoints / last / "metadata.json").is_file()
-    before = _initial_rows(init, tokenizer) if init is not None else []
-    resumed_from = _keep_metrics_until_checkpoint(checkpoints, _metrics_file(scratch, tmp), before)
+    resumed_from = _keep_metrics_until_checkpoint(checkpoints, _metrics_file(scratch, tmp), initial)
     record = _model_record(attrs, tokenizer)
     kept = KeptStates(attrs.get("keep_checkpoints") or [], checkpoints, metrics, record, tokenizer, tmp / "kept")
+    trackers = _trackers(config.trainer.tracker)
     with kept.watching(publish if jax.process_index() == 0 else None):
         if not finished:
-            levanter_train_lm.main(config)
+            launch()
+            # Not every entry point finishes its trackers (lora_lm does not): the last
+            # step's row is written once the metrics file is finished.
+            trackers[MetricsFileConfig].tracker.finish()
     if not _wait_for_checkpoint(checkpoints / last / "metadata.json", _FINAL_CHECKPOINT_WAIT_S):
         raise StepFailed(f"training ended without a checkpoint at {last}; see the log")
     kept.write(out)
     shutil.copytree(checkpoints / last, out / "checkpoint")
-    _fix_checkpoint_timestamp(out / "checkpoint" / "metadata.json")
+    fix_checkpoint_timestamp(out / "checkpoint" / "metadata.json")
     shutil.copytree(tokenizer, out / TOKENIZER_DIR)
     shutil.copy(metrics, out / "metrics.jsonl")
     (out / MODEL_FILE).write_text(record)
-    trackers = _trackers(config.trainer.tracker)
     logged = trackers[MetricsFileConfig].tracker.summary if not finished else {}
     parameters = _parameter_count(logged, scratch / "parameter_count.json")
     summary = _train_summary(read_metrics(metrics), parameters)
@@ -421,8 +507,6 @@ def train(
     measured = _measured(read_metrics(Path(config.trainer.log_dir) / TIMING_FILE), resumed_from, started)
     # What it trained on: "1 x cpu", "8 x NVIDIA H100 80GB HBM3", "4 x TPU v5 lite".
     measured["devices"] = f"{jax.device_count()} x {jax.devices()[0].device_kind}"
-    if init is not None:
-        measured["continued_from_step"] = attrs["init_step"]
     wandb = trackers.get(RecordedWandbConfig)
     if wandb is not None and hasattr(wandb, "run_info"):  # where it logged: an attempt's fact, not the output's
         measured["tracker"] = wandb.run_info
@@ -516,7 +600,7 @@ class KeptStates:
         directory = self.into / f"step-{step}"
         shutil.rmtree(directory, ignore_errors=True)
         shutil.copytree(source, directory / "checkpoint")
-        _fix_checkpoint_timestamp(directory / "checkpoint" / "metadata.json")
+        fix_checkpoint_timestamp(directory / "checkpoint" / "metadata.json")
         (directory / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows if row["step"] <= step))
         (directory / MODEL_FILE).write_text(self.record)
         shutil.copytree(self.tokenizer, directory / TOKENIZER_DIR)
@@ -547,7 +631,7 @@ def _parameter_count(logged: Mapping[str, Any], saved: Path) -> int | None:
     return json.loads(saved.read_text()) if saved.exists() else None
 
 
-def _fix_checkpoint_timestamp(metadata: Path) -> None:
+def fix_checkpoint_timestamp(metadata: Path) -> None:
     fields = json.loads(metadata.read_text())
     metadata.write_text(json.dumps({**fields, "timestamp": CHECKPOINT_TIMESTAMP}))
 
@@ -734,15 +818,10 @@ def check_hf_base(location: str, fields: Mapping[str, Any], tokenizer: Path, tmp
         raise StepFailed(f"model has {', '.join(unsupported)}: no Hugging Face Llama can start it (init_from_hf)")
     local = local_copy(location, tmp / "hf-base")
     check_checkpoint(local, "llama", "init_from_hf")
-    theirs = AutoConfig.from_pretrained(str(local), local_files_only=True).to_dict()
-    ours = model_config(fields, tokenizer, tmp).to_hf_config(vocab_size=theirs["vocab_size"]).to_dict()
-    differ = [
-        f"{name} {theirs.get(name)!r} there, {ours.get(name)!r} here (model: {field})"
-        for name, field in _HF_ARCHITECTURE.items()
-        if theirs.get(name) != ours.get(name)
-    ]
+    differ = architecture_differences(local, fields, tokenizer, tmp)
     if differ:
-        raise StepFailed(f"init_from_hf's config.json does not match this target's model: {'; '.join(differ)}")
+        shown = "; ".join(f"{difference} (model: {field})" for difference, field in differ)
+        raise StepFailed(f"init_from_hf's config.json does not match this target's model: {shown}")
     vocabulary = Tokenizer.from_file(str(local / TOKENIZER)).get_vocab(with_added_tokens=True)
     if vocabulary != Tokenizer.from_file(str(tokenizer / TOKENIZER)).get_vocab(with_added_tokens=True):
         raise StepFailed(
@@ -750,3 +829,19 @@ def check_hf_base(location: str, fields: Mapping[str, Any], tokenizer: Path, tmp
             "hf_tokenizer(dir = <the checkpoint's label>)"
         )
     return local
+
+
+def architecture_differences(
+    checkpoint: Path, fields: Mapping[str, Any], tokenizer: Path, tmp: Path
+) -> list[tuple[str, str]]:
+    """Where the config.json of the Hugging Face checkpoint in `checkpoint` differs from what
+    Levanter's converter writes for model `fields`: ("hidden_size 32 there, 64 here", the
+    model field behind it) for each config.json field that fixes the weights' shapes or
+    what they compute."""
+    theirs = AutoConfig.from_pretrained(str(checkpoint), local_files_only=True).to_dict()
+    ours = model_config(fields, tokenizer, tmp).to_hf_config(vocab_size=theirs["vocab_size"]).to_dict()
+    return [
+        (f"{name} {theirs.get(name)!r} there, {ours.get(name)!r} here", field)
+        for name, field in _HF_ARCHITECTURE.items()
+        if theirs.get(name) != ours.get(name)
+    ]

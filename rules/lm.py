@@ -61,7 +61,9 @@ class _Shown(dict):
         return "?"
 
 
-def _headline(path: Path, template: str) -> str | None:
+def summary_headline(path: Path, template: str) -> str | None:
+    """A headline from a step's JSON summary: `template` filled with its values (None when
+    the file cannot be read)."""
     try:
         values = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -72,7 +74,7 @@ def _headline(path: Path, template: str) -> str | None:
 
 
 def _train_headline(out: Path) -> str | None:
-    return _headline(
+    return summary_headline(
         out / "summary.json",
         "eval loss {eval_loss} (at initialisation {initial_eval_loss}), {steps} steps, {tokens} tokens; "
         "model in checkpoint/ (export_hf for Hugging Face), metrics in metrics.jsonl",
@@ -80,17 +82,24 @@ def _train_headline(out: Path) -> str | None:
 
 
 def _eval_headline(out: Path) -> str | None:
-    return _headline(out / "metrics.json", "eval loss {loss}, {bpb} bits/byte, perplexity {perplexity} (metrics.json)")
+    return summary_headline(
+        out / "metrics.json", "eval loss {loss}, {bpb} bits/byte, perplexity {perplexity} (metrics.json)"
+    )
 
 
-def _validate_train(attrs: Mapping[str, JsonValue]) -> None:
-    """Checks across fields; their names and types were checked against rules/lm_config.py."""
-    trainer, model = attrs["trainer"], attrs["model"]
+def check_trainer(trainer: Mapping[str, JsonValue]) -> None:
+    """A `trainer` dict's values (of a training: train_lm, sft_lm) are ones Levanter runs."""
     for name, value in trainer.items():
         if value is not None and value <= 0:
             raise ValueError(f"trainer: {name} must be positive, got {value!r}")
     if trainer["steps"] < 2:
         raise ValueError("trainer: steps must be at least 2 (Levanter never checkpoints its step 0)")
+
+
+def _validate_train(attrs: Mapping[str, JsonValue]) -> None:
+    """Checks across fields; their names and types were checked against rules/lm_config.py."""
+    model = attrs["model"]
+    check_trainer(attrs["trainer"])
     for name in _MODEL_SIZES:
         if model[name] <= 0:
             raise ValueError(f"model: {name} must be positive, got {model[name]!r}")
@@ -171,7 +180,7 @@ def _validate_tracker(tracker: JsonValue) -> None:
 _CHECKPOINT = re.compile(r"checkpoints/step-(\d+)/metadata\.json")
 
 
-def _resume_point(files: Sequence[str]) -> str | None:
+def resume_point(files: Sequence[str]) -> str | None:
     """The newest complete Levanter checkpoint in a training's scratch space (its
     metadata.json is written last). The run may resume one checkpoint earlier if a kill
     came between that checkpoint and its step's metrics line (levanter_lm.py)."""
@@ -279,7 +288,7 @@ train_lm = Rule(
     env=(*WANDB_ENV, NO_TORCH),
     code_modules=LEVANTER_MODULES,
     metrics_file="summary.json",
-    resume_point=_resume_point,
+    resume_point=resume_point,
     keeps_checkpoints="keep_checkpoints",
     step_inputs={"init_from": StepInput("init_step", "a train_lm target that keeps that step", _check_continuation)},
     # Bit-identical on CPU with a fixed seed, but not promised across machines and XLA versions.
