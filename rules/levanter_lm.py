@@ -685,8 +685,8 @@ def evaluate(model: str, data: Mapping[str, str], attrs: Mapping[str, Any], tmp:
 # -- Hugging Face checkpoints: export_hf, train_lm(init_from_hf) ---------------------------
 
 # Model fields each family's Hugging Face model cannot hold once set (true, or not 0):
-# Levanter refuses to export a Llama's extra norms, no config.json has a field for biases
-# of the norms and MLPs, and no Hugging Face Mixtral has shared experts.
+# Levanter refuses to export a Llama's extra norms, `use_bias` puts biases on the norms too
+# (which no config.json has a field for), and no Hugging Face Mixtral has shared experts.
 _NOT_IN_HF = {
     "llama": ("hybrid_norm", "input_embedding_norm", "use_qk_norm", "use_bias"),
     "mixtral": ("input_embedding_norm", "use_bias", "n_shared_experts"),
