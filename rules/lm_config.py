@@ -123,9 +123,10 @@ _MOE_FIELDS = (
     Field("rzl_coef", float, 0.001, optional=True, doc="Weight of the router z-loss; None: none."),
 )
 
-_MIXTRAL_IGNORED = ("head_dim", "hybrid_norm", "use_qk_norm")
-_QWEN_IGNORED = ("head_dim", "hybrid_norm", "use_qk_norm")
-_OLMO2_ABSENT = ("head_dim", "hybrid_norm", "use_qk_norm", "input_embedding_norm")
+# LlamaConfig fields that Levanter's Mixtral and Qwen inherit but whose layers never read,
+# and those that Olmo2Config lacks.
+_UNREAD = ("head_dim", "hybrid_norm", "use_qk_norm")
+_NOT_IN_OLMO2 = (*_UNREAD, "input_embedding_norm")
 
 FAMILIES = {
     family.name: family
@@ -136,7 +137,7 @@ FAMILIES = {
             "Mixtral",
             (
                 *_fields(
-                    _MIXTRAL_IGNORED,
+                    _UNREAD,
                     seq_len=8192,
                     intermediate_dim=14336,
                     num_kv_heads=8,
@@ -148,7 +149,7 @@ FAMILIES = {
             {
                 **_SET_BY_THE_RULE,
                 **_NO_FLASH_SWITCH,
-                **{name: _IGNORED.format(family="Mixtral") for name in _MIXTRAL_IGNORED},
+                **{name: _IGNORED.format(family="Mixtral") for name in _UNREAD},
                 "sliding_window": "Levanter's Mixtral attends over the whole sequence, and its Hugging Face export "
                 "writes no window",
             },
@@ -157,10 +158,10 @@ FAMILIES = {
         Family(
             "qwen",
             "Qwen 2",
-            _fields(_QWEN_IGNORED),
+            _fields(_UNREAD),
             {
                 **_SET_BY_THE_RULE,
-                **{name: _IGNORED.format(family="Qwen") for name in _QWEN_IGNORED},
+                **{name: _IGNORED.format(family="Qwen") for name in _UNREAD},
                 **{
                     name: "Levanter's Qwen has no sliding-window attention (it fails on sequences longer than one)"
                     for name in ("use_sliding_window", "sliding_window", "max_window_layers")
@@ -176,7 +177,7 @@ FAMILIES = {
                     dataclasses.replace(field, kind=bool, choices=(), doc="True: recompute block internals.")
                     if field.name == "gradient_checkpointing"  # a bool in Olmo2Config, no named policy
                     else field
-                    for field in _fields(_OLMO2_ABSENT, seq_len=4096, layer_norm_epsilon=1e-6)
+                    for field in _fields(_NOT_IN_OLMO2, seq_len=4096, layer_norm_epsilon=1e-6)
                 ),
                 Field("attention_bias", bool, False, doc="Biases on the attention projections."),
                 Field("attention_dropout", float, 0.0),

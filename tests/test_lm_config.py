@@ -278,6 +278,28 @@ def test_a_struct_checks_kinds_and_fills_defaults() -> None:
         types.struct([types.Field("rate", float, "fast")])
 
 
+def test_a_tagged_struct_takes_the_fields_of_the_variant_its_tag_names() -> None:
+    tagged = types.tagged_struct(
+        "kind",
+        {"plain": [types.Field("size", int, 1)], "mixed": [types.Field("size", int, 2), types.Field("parts", int, 4)]},
+        "plain",
+    )
+    # The default variant: no tag in the value, written out or not.
+    assert tagged.normalize({}, "") == tagged.normalize({"kind": "plain"}, "") == {"size": 1}
+    # Another: the tag, and that variant's fields and defaults.
+    assert tagged.normalize({"kind": "mixed", "parts": 8}, "") == {"kind": "mixed", "size": 2, "parts": 8}
+    with pytest.raises(types.AttrError, match=r"unknown field 'parts'$"):
+        tagged.normalize({"parts": 8}, "")
+    with pytest.raises(types.AttrError, match=r"field 'parts': expected an int, got str 'x' \(kind 'mixed'\)"):
+        tagged.normalize({"kind": "mixed", "parts": "x"}, "")
+    with pytest.raises(types.AttrError, match="field 'kind': expected one of 'plain', 'mixed', got 'mixd'") as raised:
+        tagged.normalize({"kind": "mixd"}, "")
+    assert raised.value.hint == "did you mean 'mixed'?"
+    with pytest.raises(types.AttrError, match="expected a dict of fields"):
+        tagged.normalize([], "")
+    assert "plain=struct(size: int = 1)" in tagged.name and "parts: int = 4" in tagged.name
+
+
 def test_the_schema_is_part_of_the_type_name() -> None:
     """The package cache fingerprints rules by their attribute types' names: a changed
     default must invalidate cached packages, since their attrs hold the old one."""
