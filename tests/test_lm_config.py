@@ -134,7 +134,7 @@ def _mixtral(**fields: object) -> str:
         (
             _mixtral(n_experts=4),
             "unknown field 'n_experts' (family 'mixtral')",
-            "'n_shared_experts', 'n_routed_experts'",
+            "'n_shared_experts', 'n_routed_experts', 'num_experts_per_tok'",
         ),
         (_mixtral(n_routed_experts=2.5), "field 'n_routed_experts': expected an int, got float 2.5", None),
         (_mixtral(lbl_coef="high"), "field 'lbl_coef': expected a number or None, got str 'high'", None),
@@ -179,6 +179,8 @@ def test_the_family_is_part_of_the_key_and_a_llama_says_none(make_workspace) -> 
     """Each family's dict holds its family and its own defaults; a Llama's holds no family
     field, written out or not, so Llama recipes kept the keys they had before families."""
     ws = _workspace(make_workspace)
+    built = build(ws, "//exp:tokens")  # the data, whose digest a training's key holds
+    assert built.rc == 0, built.stderr
 
     def loaded(model: str) -> tuple[dict, str]:
         (ws / BUILD_FILE).write_text(_build_file(model=model))
