@@ -24,9 +24,10 @@ from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, Rule, StepInput, checkpoint_name
-from rules.hf_format import CHECKPOINT_FILES, FAMILIES, check_checkpoint, checkpoint_directory
+from rules.hf_format import CHECKPOINT_FILES, check_checkpoint, checkpoint_directory
 from rules.hub import ALLOW_UNPINNED, HUB_ENV, NO_TORCH, check_pinned, resolved_commit, snapshot
 from rules.lm import LEVANTER_MODULES, ML_PACKAGES, check_kept_step
+from rules.lm_config import FAMILIES
 
 SUMMARY = "summary.json"
 
@@ -130,7 +131,12 @@ hf_model = Rule(
         "hub": Attr(types.STRING, default=None, doc="'org/name' of a model repository on the Hub."),
         "revision": Attr(types.STRING, default=None, doc="A 40-hex commit id (a branch needs allow_unpinned)."),
         "dir": Attr(types.OPTIONAL_LABEL, default=None, doc="A target or filegroup holding a checkpoint directory."),
-        "family": Attr(types.STRING, default="llama", doc="The model_type its config.json must say."),
+        "family": Attr(
+            types.STRING,
+            default="llama",
+            doc="Its model family (llama, mixtral, qwen, olmo2), whose Hugging Face model_type its config.json "
+            "must say (qwen: qwen2).",
+        ),
         "allow_unpinned": ALLOW_UNPINNED,
     },
     execution=Execution.SUBPROCESS,

@@ -14,13 +14,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from marinbuild.targets.context import StepFailed
+from rules.lm_config import FAMILIES
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 TOKENIZER = "tokenizer.json"
-# The families train_lm trains, by the `model_type` of their config.json.
-FAMILIES = ("llama",)
 # What a checkpoint is made of (the Hub's names): config, weights, tokenizer.
 CHECKPOINT_FILES = [
     CONFIG,
@@ -44,7 +43,8 @@ def checkpoint_directory(files: Iterable[Path]) -> Path:
 
 def check_checkpoint(directory: Path, family: str, shown: str) -> dict:
     """config.json of the checkpoint in `directory` (called `shown` in errors), once it is
-    known to be of `family`, with safetensors weights and a fast tokenizer."""
+    known to be of `family` (a family of rules/lm_config.py: its config.json says the
+    family's Hugging Face `model_type`), with safetensors weights and a fast tokenizer."""
     try:
         config = json.loads((directory / CONFIG).read_text())
     except FileNotFoundError:
@@ -52,8 +52,10 @@ def check_checkpoint(directory: Path, family: str, shown: str) -> dict:
     except ValueError as error:
         raise StepFailed(f"{shown}: {CONFIG} is not JSON ({error})") from None
     model_type = config.get("model_type") if isinstance(config, dict) else None
-    if model_type != family:
-        raise StepFailed(f"{shown}: {CONFIG} says model_type {model_type!r}, not the declared family {family!r}")
+    expected = FAMILIES[family].hf_model_type
+    if model_type != expected:
+        named = "" if expected == family else f" (model_type {expected!r})"
+        raise StepFailed(f"{shown}: {CONFIG} says model_type {model_type!r}, not the declared family {family!r}{named}")
     missing = _missing_weights(directory)
     if missing:
         raise StepFailed(f"{shown} holds no weights: {missing}")

@@ -35,6 +35,7 @@ import jax
 from fsspec.implementations.local import LocalFileSystem
 from jax.experimental import multihost_utils
 from levanter.checkpoint import CheckpointerConfig, discover_latest_checkpoint
+from levanter.compat.hf_checkpoints import HFCompatConfig
 from levanter.data.text import (
     LmDatasetFormatBase,
     LMMixtureDatasetConfig,
@@ -47,6 +48,9 @@ from levanter.main import eval_lm as levanter_eval_lm
 from levanter.main import export_lm_to_hf
 from levanter.main import train_lm as levanter_train_lm
 from levanter.models.llama import LlamaConfig
+from levanter.models.mixtral import MixtralConfig
+from levanter.models.olmo import Olmo2Config
+from levanter.models.qwen import QwenConfig
 from levanter.optim import AdamConfig
 from levanter.tracker.tracker import TrackerConfig
 from levanter.trainer import TrainerConfig
@@ -58,6 +62,7 @@ from marinbuild.targets.context import StepFailed
 from marinbuild.targets.rule import checkpoint_dir
 from rules import lm_config
 from rules.hf_format import TOKENIZER, check_checkpoint
+from rules.levanter_moe import router_metrics
 from rules.levanter_optim import RuntimePeakAdamConfig
 from rules.levanter_trackers import (
     MetricsFileConfig,
@@ -197,29 +202,39 @@ def data_config(
 # -- configs --------------------------------------------------------------------------------
 
 
-def model_config(fields: Mapping[str, Any], tokenizer: Path, tmp: Path) -> LlamaConfig:
-    """LlamaConfig from a BUILD dict, with a local tokenizer and HF reference, never the Hub.
+# Levanter's config class of each model family (rules/lm_config.py).
+CONFIG_CLASSES: dict[str, type[HFCompatConfig]] = {
+    "llama": LlamaConfig,
+    "mixtral": MixtralConfig,
+    "qwen": QwenConfig,
+    "olmo2": Olmo2Config,
+}
+
+
+def model_config(fields: Mapping[str, Any], tokenizer: Path, tmp: Path) -> HFCompatConfig:
+    """The Levanter config of a BUILD model dict (its family's class: `CONFIG_CLASSES`),
+    with a local tokenizer and HF reference, never the Hub.
 
     Every value comes from the dict resolved against rules/lm_config.py (a target's attrs
     already are; a model.json of an older output may lack fields added since). The
     reference (where the HF export takes its config defaults and tokenizer from) is the
-    tokenizer next to a `config.json` naming the Llama architecture.
+    tokenizer next to a `config.json` naming the family's Hugging Face architecture.
     """
     fields = lm_config.resolve("model", fields)
+    family = lm_config.family(fields)
     reference = tmp / "hf-reference"
     shutil.copytree(tokenizer, reference, dirs_exist_ok=True)
-    (reference / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (reference / "config.json").write_text(json.dumps({"model_type": family.hf_model_type}))
     backend = fields["attn_backend"]
-    return LlamaConfig(
-        **{
-            **fields,
-            # JSON holds the enums' values; Levanter wants the enums.
-            "activation_function": ActivationFunctionEnum(fields["activation_function"]),
-            "attn_backend": None if backend is None else AttentionBackend(backend),
-        },
-        tokenizer=str(tokenizer),
-        reference_checkpoint=str(reference),
-    )
+    values = {
+        **{name: value for name, value in fields.items() if name != lm_config.FAMILY},
+        # JSON holds the enums' values; Levanter wants the enums.
+        "activation_function": ActivationFunctionEnum(fields["activation_function"]),
+        "attn_backend": None if backend is None else AttentionBackend(backend),
+    }
+    if "use_flash_attention" in family.excluded:
+        values["use_flash_attention"] = None
+    return CONFIG_CLASSES[family.name](**values, tokenizer=str(tokenizer), reference_checkpoint=str(reference))
 
 
 def optimizer_config(fields: Mapping[str, Any]) -> AdamConfig:
@@ -488,7 +503,8 @@ def run_training(
     trackers = _trackers(config.trainer.tracker)
     with kept.watching(publish if jax.process_index() == 0 else None):
         if not finished:
-            launch()
+            with router_metrics(config.model):
+                launch()
             # Not every entry point finishes its trackers (lora_lm does not): the last
             # step's row is written once the metrics file is finished.
             trackers[MetricsFileConfig].tracker.finish()
@@ -752,9 +768,15 @@ def evaluate(model: str, data: Mapping[str, str], attrs: Mapping[str, Any], tmp:
 
 # -- Hugging Face checkpoints: export_hf, train_lm(init_from_hf) ---------------------------
 
-# Model fields a Hugging Face Llama cannot hold: Levanter refuses to export the norms, its
-# config.json has no field for a bias of the norms, and Levanter writes no head_dim.
-_NOT_IN_HF_LLAMA = ("hybrid_norm", "input_embedding_norm", "use_qk_norm", "use_bias")
+# Model fields each family's Hugging Face model cannot hold once set (true, or not 0):
+# Levanter refuses to export a Llama's extra norms, `use_bias` puts biases on the norms too
+# (which no config.json has a field for), and no Hugging Face Mixtral has shared experts.
+_NOT_IN_HF = {
+    "llama": ("hybrid_norm", "input_embedding_norm", "use_qk_norm", "use_bias"),
+    "mixtral": ("input_embedding_norm", "use_bias", "n_shared_experts"),
+    "qwen": ("input_embedding_norm", "use_bias"),
+    "olmo2": ("use_bias",),
+}
 # The config.json fields that fix the weights' shapes and what they compute, and the model
 # field (rules/lm_config.py) each one comes from; max_position_embeddings is not among
 # them: a run may train on shorter or longer sequences than the checkpoint did.
@@ -764,21 +786,30 @@ _HF_ARCHITECTURE = {
     "num_hidden_layers": "num_layers",
     "num_attention_heads": "num_heads",
     "num_key_value_heads": "num_kv_heads",
-    "head_dim": "head_dim",
     "hidden_act": "activation_function",
     "rms_norm_eps": "layer_norm_epsilon",
     "tie_word_embeddings": "tie_word_embeddings",
-    "attention_bias": "use_bias",
-    "mlp_bias": "use_bias",
     "rope_theta": "rope (not settable)",
     "rope_scaling": "rope (not settable)",
 }
+# ...and those of one family only.
+_HF_ARCHITECTURE_OF = {
+    "llama": {"head_dim": "head_dim", "attention_bias": "use_bias", "mlp_bias": "use_bias"},
+    "mixtral": {"num_local_experts": "n_routed_experts", "num_experts_per_tok": "num_experts_per_tok"},
+    "qwen": {},
+    "olmo2": {"attention_bias": "attention_bias"},
+}
 
 
-def _not_in_hf_llama(fields: Mapping[str, Any]) -> list[str]:
-    """The fields of a resolved model dict that a Hugging Face Llama cannot hold."""
-    unsupported = [name for name in _NOT_IN_HF_LLAMA if fields[name]]
-    if fields["head_dim"] not in (None, fields["hidden_dim"] // fields["num_heads"]):
+def _not_in_hf(fields: Mapping[str, Any]) -> list[str]:
+    """The fields of a resolved model dict that its family's Hugging Face model cannot hold."""
+    family = lm_config.family(fields)
+    unsupported = [
+        name if isinstance(fields[name], bool) else f"{name} {fields[name]}"
+        for name in _NOT_IN_HF[family.name]
+        if fields[name]
+    ]
+    if fields.get("head_dim") not in (None, fields["hidden_dim"] // fields["num_heads"]):
         unsupported.append(f"head_dim {fields['head_dim']} (other than hidden_dim // num_heads)")
     return unsupported
 
@@ -793,9 +824,10 @@ def export(model: str, out: Path, tmp: Path) -> None:
     except FileNotFoundError:
         raise StepFailed(f"no {MODEL_FILE} in the model's output: export_hf reads a train_lm target") from None
     fields = lm_config.resolve("model", record["model"])
-    unsupported = _not_in_hf_llama(fields)
+    unsupported = _not_in_hf(fields)
     if unsupported:
-        raise StepFailed(f"the model has {', '.join(unsupported)}, which a Hugging Face Llama cannot hold")
+        title = lm_config.family(fields).title
+        raise StepFailed(f"the model has {', '.join(unsupported)}, which a Hugging Face {title} cannot hold")
     tokenizer = local_copy(f"{model}/{TOKENIZER_DIR}", tmp / "tokenizer")
     export_lm_to_hf.main(
         export_lm_to_hf.ConvertLmConfig(
@@ -811,13 +843,16 @@ def export(model: str, out: Path, tmp: Path) -> None:
 def check_hf_base(location: str, fields: Mapping[str, Any], tokenizer: Path, tmp: Path) -> Path:
     """The local directory of the Hugging Face checkpoint at `location` that a run of model
     `fields` on data tokenized with `tokenizer` starts from (`init_from_hf`), once it is
-    known to fit: a Llama with weights, of the same architecture (compared as Levanter's
-    converter writes `fields` into a config.json), with the data's vocabulary."""
-    unsupported = _not_in_hf_llama(fields)
+    known to fit: of the model's family, with weights, of the same architecture (compared
+    as Levanter's converter writes `fields` into a config.json), with the data's vocabulary."""
+    family = lm_config.family(fields)
+    unsupported = _not_in_hf(fields)
     if unsupported:
-        raise StepFailed(f"model has {', '.join(unsupported)}: no Hugging Face Llama can start it (init_from_hf)")
+        raise StepFailed(
+            f"model has {', '.join(unsupported)}: no Hugging Face {family.title} can start it (init_from_hf)"
+        )
     local = local_copy(location, tmp / "hf-base")
-    check_checkpoint(local, "llama", "init_from_hf")
+    check_checkpoint(local, family.name, "init_from_hf")
     differ = architecture_differences(local, fields, tokenizer, tmp)
     if differ:
         shown = "; ".join(f"{difference} (model: {field})" for difference, field in differ)
@@ -840,8 +875,9 @@ def architecture_differences(
     what they compute."""
     theirs = AutoConfig.from_pretrained(str(checkpoint), local_files_only=True).to_dict()
     ours = model_config(fields, tokenizer, tmp).to_hf_config(vocab_size=theirs["vocab_size"]).to_dict()
+    family = lm_config.family(fields)
     return [
         (f"{name} {theirs.get(name)!r} there, {ours.get(name)!r} here", field)
-        for name, field in _HF_ARCHITECTURE.items()
+        for name, field in {**_HF_ARCHITECTURE, **_HF_ARCHITECTURE_OF[family.name]}.items()
         if theirs.get(name) != ours.get(name)
     ]

@@ -27,6 +27,7 @@ ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
 # The modules behind the rules that run Levanter (their digests are recorded in each entry).
 LEVANTER_MODULES = (
     "rules.levanter_lm",
+    "rules.levanter_moe",
     "rules.levanter_optim",
     "rules.levanter_trackers",
     "rules.lm_config",
@@ -50,8 +51,6 @@ WANDB_ENV = (
 # The fields of `tracker = {"type": "wandb", ...}` (those of Levanter's WandbConfig).
 _WANDB_FIELDS = {"project": str, "entity": str, "name": str, "group": str, "tags": list, "mode": str}
 _WANDB_MODES = ("online", "offline", "disabled")
-# Model sizes that must be positive (Levanter would fail on them only once the step runs).
-_MODEL_SIZES = ("seq_len", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads")
 
 
 class _Shown(dict):
@@ -98,15 +97,8 @@ def check_trainer(trainer: Mapping[str, JsonValue]) -> None:
 
 def _validate_train(attrs: Mapping[str, JsonValue]) -> None:
     """Checks across fields; their names and types were checked against rules/lm_config.py."""
-    model = attrs["model"]
     check_trainer(attrs["trainer"])
-    for name in _MODEL_SIZES:
-        if model[name] <= 0:
-            raise ValueError(f"model: {name} must be positive, got {model[name]!r}")
-    if model["num_heads"] % model["num_kv_heads"]:
-        raise ValueError(
-            f"model: num_heads ({model['num_heads']}) must be a multiple of num_kv_heads ({model['num_kv_heads']})"
-        )
+    lm_config.check_model(attrs["model"])
     _validate_tracker(attrs["tracker"])
     _validate_checkpoints(attrs)
 
@@ -143,9 +135,10 @@ def _check_continuation(attrs: Mapping[str, JsonValue], base: Mapping[str, JsonV
     """A run continues from another's checkpoint (model, optimizer state, step, data position):
     the same model, the same batch size, and the same peak learning rate, which the
     optimizer state holds (the schedule after it is this run's own)."""
-    differ = [name for name in attrs["model"] if attrs["model"][name] != base["model"][name]]
+    model, base_model = attrs["model"], base["model"]
+    differ = [name for name in {**base_model, **model} if model.get(name) != base_model.get(name)]
     if differ:
-        shown = ", ".join(f"{name} {attrs['model'][name]!r} here, {base['model'][name]!r} there" for name in differ)
+        shown = ", ".join(f"{name} {model.get(name)!r} here, {base_model.get(name)!r} there" for name in differ)
         raise AttrError(
             f"init_from was trained with another model ({shown})", hint="continue it with the same model config"
         )
@@ -228,11 +221,16 @@ train_lm = Rule(
     # (export_hf makes it, of the runs whose export is wanted).
     version=3,
     impl=_train_lm,
-    doc="Train a Llama language model with Levanter; outputs checkpoint/, tokenizer/, metrics.jsonl, summary.json.",
+    doc="Train a language model (Llama, Mixtral, Qwen, OLMo 2) with Levanter; outputs checkpoint/, tokenizer/, "
+    "metrics.jsonl, summary.json.",
     attrs={
         "data": Attr(types.MIXTURE, doc="A tokenize target, or a mixture {label: weight} of them."),
         # Checked and completed with their defaults at load time (rules/lm_config.py).
-        "model": Attr(lm_config.MODEL, doc="LlamaConfig fields, e.g. llama_nano() from //rules:lm.star."),
+        "model": Attr(
+            lm_config.MODEL,
+            doc="A model family's config fields (LlamaConfig's without a family field), e.g. llama_nano() or "
+            "mixtral(...) from //rules:lm.star.",
+        ),
         "optimizer": Attr(
             lm_config.OPTIMIZER,
             default=lm_config.resolve("optimizer", {}),

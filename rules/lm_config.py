@@ -7,27 +7,35 @@ the effective config: `explain` and `show` print it, and a changed default chang
 key (it is a different experiment). `rules/levanter_lm.py` takes every value from the
 resolved dicts and declares no default of its own.
 
-`model` and `optimizer` mirror Levanter's `LlamaConfig` and `AdamConfig`, written out
-here rather than read from Levanter because loading BUILD files must never import an ML
-library. `tests/test_lm_config.py` holds the two in step: each declared field exists in
-Levanter with a compatible type and the same default, and each Levanter field is either
-declared or listed in `MODEL_EXCLUDED` / `OPTIMIZER_EXCLUDED` with the reason. A Levanter
-upgrade that adds or changes a field fails that test until this file decides.
+`model` is one of the model families in `FAMILIES`, named by its `family` field (a
+Llama when it has none; a Llama's dict never holds the field, so Llama recipes kept their
+keys when the other families came): each mirrors its Levanter config class (`LlamaConfig`,
+`MixtralConfig`, `QwenConfig`, `Olmo2Config`), as `optimizer` mirrors `AdamConfig`. They
+are written out here rather than read from Levanter because loading BUILD files must never
+import an ML library. `tests/test_lm_config.py` holds the two in step: each declared field
+exists in Levanter with a compatible type and the same default, and each Levanter field is
+either declared or listed among the family's `excluded` / `OPTIMIZER_EXCLUDED` with the
+reason. A Levanter upgrade that adds or changes a field fails that test until this file
+decides.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from marinbuild.targets.attrs import Field, same_as, struct
+from marinbuild.targets.attrs import Field, same_as, struct, tagged_struct
 
-# -- model: LlamaConfig ------------------------------------------------------------------------
+# -- model: one family's config ----------------------------------------------------------------
 
-MODEL_FIELDS = (
+FAMILY = "family"
+
+# LlamaConfig's fields; the other families share most of them.
+LLAMA_FIELDS = (
     Field("seq_len", int, 2048, doc="Tokens per training sequence."),
     Field("hidden_dim", int, 4096),
-    Field("intermediate_dim", int, 11008, doc="The MLP's width."),
+    Field("intermediate_dim", int, 11008, doc="The MLP's width (of each expert, in a mixture of experts)."),
     Field("num_layers", int, 32),
     Field("num_heads", int, 32),
     Field("num_kv_heads", int, 32, doc="Key/value heads: num_heads for MHA, 1 for MQA; must divide num_heads."),
@@ -67,12 +75,147 @@ MODEL_FIELDS = (
     Field("cross_entropy_block_size", int, None, optional=True, doc="Tokens per block of the loss (None: one block)."),
 )
 
-# LlamaConfig fields a BUILD file cannot set, and why.
-MODEL_EXCLUDED = {
+# Fields of every family's config class that a BUILD file cannot set, and why.
+_SET_BY_THE_RULE = {
     "tokenizer": "set by the rule: the tokenizer the training data was tokenized with",
     "reference_checkpoint": "set by the rule: a local stand-in for the HF export, so nothing reaches the Hub",
     "rope": "a nested config (RotaryEmbeddingsConfig, a draccus choice type), not a JSON scalar",
 }
+_NO_FLASH_SWITCH = {
+    "use_flash_attention": "set by the rule to None: attn_backend alone chooses the attention (this older "
+    "switch, True by default, would contradict attn_backend = 'vanilla')",
+}
+_IGNORED = "Levanter's {family} does not read it (its layers have no such option)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A model family: the fields of its Levanter config class a BUILD file sets, the
+    fields it cannot (with the reason), and the `model_type` of its Hugging Face
+    config.json (what `export_hf` writes and `hf_model(family = ...)` expects)."""
+
+    name: str
+    title: str  # as people write it: "Mixtral", "OLMo 2"
+    fields: tuple[Field, ...]
+    excluded: Mapping[str, str]
+    hf_model_type: str
+
+
+def _fields(names_out: tuple[str, ...] = (), **defaults: Any) -> tuple[Field, ...]:
+    """Llama's fields without `names_out`, some with other defaults (those of the family's class)."""
+    unknown = set(defaults) - {field.name for field in LLAMA_FIELDS}
+    if unknown:
+        raise ValueError(f"defaults for fields Llama does not have: {sorted(unknown)}")
+    return tuple(
+        dataclasses.replace(field, default=defaults.get(field.name, field.default))
+        for field in LLAMA_FIELDS
+        if field.name not in names_out
+    )
+
+
+_MOE_FIELDS = (
+    Field("n_routed_experts", int, 8, doc="Experts per MoE layer."),
+    Field("num_experts_per_tok", int, 2, doc="Experts each token is routed to (at most n_routed_experts)."),
+    Field(
+        "n_shared_experts", int, 0, doc="Experts every token goes through besides (no Hugging Face Mixtral has any)."
+    ),
+    Field("lbl_coef", float, 0.01, optional=True, doc="Weight of the load-balancing loss; None: none."),
+    Field("rzl_coef", float, 0.001, optional=True, doc="Weight of the router z-loss; None: none."),
+)
+
+# LlamaConfig fields that Levanter's Mixtral and Qwen inherit but whose layers never read,
+# and those that Olmo2Config lacks.
+_UNREAD = ("head_dim", "hybrid_norm", "use_qk_norm")
+_NOT_IN_OLMO2 = (*_UNREAD, "input_embedding_norm")
+
+FAMILIES = {
+    family.name: family
+    for family in (
+        Family("llama", "Llama", LLAMA_FIELDS, _SET_BY_THE_RULE, "llama"),
+        Family(
+            "mixtral",
+            "Mixtral",
+            (
+                *_fields(
+                    _UNREAD,
+                    seq_len=8192,
+                    intermediate_dim=14336,
+                    num_kv_heads=8,
+                    layer_norm_epsilon=1e-6,
+                    flash_attention_block_size=2048,
+                ),
+                *_MOE_FIELDS,
+            ),
+            {
+                **_SET_BY_THE_RULE,
+                **_NO_FLASH_SWITCH,
+                **{name: _IGNORED.format(family="Mixtral") for name in _UNREAD},
+                "sliding_window": "Levanter's Mixtral attends over the whole sequence, and its Hugging Face export "
+                "writes no window",
+            },
+            "mixtral",
+        ),
+        Family(
+            "qwen",
+            "Qwen 2",
+            _fields(_UNREAD),
+            {
+                **_SET_BY_THE_RULE,
+                **{name: _IGNORED.format(family="Qwen") for name in _UNREAD},
+                **{
+                    name: "Levanter's Qwen has no sliding-window attention (it fails on sequences longer than one)"
+                    for name in ("use_sliding_window", "sliding_window", "max_window_layers")
+                },
+            },
+            "qwen2",
+        ),
+        Family(
+            "olmo2",
+            "OLMo 2",
+            (
+                *(
+                    dataclasses.replace(field, kind=bool, choices=(), doc="True: recompute block internals.")
+                    if field.name == "gradient_checkpointing"  # a bool in Olmo2Config, no named policy
+                    else field
+                    for field in _fields(_NOT_IN_OLMO2, seq_len=4096, layer_norm_epsilon=1e-6)
+                ),
+                Field("attention_bias", bool, False, doc="Biases on the attention projections."),
+                Field("attention_dropout", float, 0.0),
+            ),
+            {**_SET_BY_THE_RULE, **_NO_FLASH_SWITCH},
+            "olmo2",
+        ),
+    )
+}
+DEFAULT_FAMILY = "llama"
+# Model sizes that must be positive (Levanter would fail on them only once the step runs).
+_MODEL_SIZES = ("seq_len", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads")
+
+
+def family(fields: Mapping[str, Any]) -> Family:
+    """The family of a model dict (resolved or not)."""
+    return FAMILIES[fields.get(FAMILY, DEFAULT_FAMILY)]
+
+
+def check_model(model: Mapping[str, Any]) -> None:
+    """Checks across a resolved model's fields (their names and types were checked by the
+    schema): a ValueError says what Levanter would fail on once the step runs."""
+    for name in _MODEL_SIZES:
+        if model[name] <= 0:
+            raise ValueError(f"model: {name} must be positive, got {model[name]!r}")
+    if model["num_heads"] % model["num_kv_heads"]:
+        raise ValueError(
+            f"model: num_heads ({model['num_heads']}) must be a multiple of num_kv_heads ({model['num_kv_heads']})"
+        )
+    if "n_routed_experts" in model:
+        experts, per_token = model["n_routed_experts"], model["num_experts_per_tok"]
+        if not 1 <= per_token <= experts:
+            raise ValueError(f"model: num_experts_per_tok ({per_token}) must be from 1 to n_routed_experts ({experts})")
+        if model["n_shared_experts"] < 0:
+            raise ValueError(f"model: n_shared_experts must be 0 or more, got {model['n_shared_experts']!r}")
+    if not 0.0 <= model.get("attention_dropout", 0.0) < 1.0:
+        raise ValueError(f"model: attention_dropout must be from 0 to below 1, got {model['attention_dropout']!r}")
+
 
 # -- optimizer: AdamConfig --------------------------------------------------------------------
 
@@ -125,7 +268,7 @@ TRAINER_FIELDS = (
     ),
 )
 
-MODEL = struct(MODEL_FIELDS)
+MODEL = tagged_struct(FAMILY, {name: found.fields for name, found in FAMILIES.items()}, DEFAULT_FAMILY)
 OPTIMIZER = struct(OPTIMIZER_FIELDS)
 TRAINER = struct(TRAINER_FIELDS)
 CONFIGS = {"model": MODEL, "optimizer": OPTIMIZER, "trainer": TRAINER}

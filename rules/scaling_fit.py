@@ -90,11 +90,16 @@ def read_run(label: str, root: Path, budget: float) -> Run:
 
 
 def non_embedding_params(model: dict[str, Any]) -> int:
-    """Attention and MLP weights of a Llama config (as rules/scaling.star counts them)."""
+    """The attention and MLP weights of a model config that a token goes through: of a
+    mixture of experts, its active experts' and the router's (as rules/scaling.star counts
+    them)."""
     hidden, heads, kv_heads = model["hidden_dim"], model["num_heads"], model["num_kv_heads"]
     head_dim = model.get("head_dim") or hidden // heads
     attention = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
-    return model["num_layers"] * (attention + 3 * hidden * model["intermediate_dim"])
+    experts = model.get("n_routed_experts", 1)
+    active = model.get("num_experts_per_tok", 1) + model.get("n_shared_experts", 0)
+    router = hidden * experts if experts > 1 else 0
+    return model["num_layers"] * (attention + 3 * hidden * model["intermediate_dim"] * active + router)
 
 
 # -- arithmetic that gives the same bits everywhere -----------------------------------------

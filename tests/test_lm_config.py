@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import types as pytypes
 import typing
 from pathlib import Path
@@ -118,6 +119,88 @@ def test_fields_that_do_not_fit_together_fail_at_load(make_workspace, attribute:
     assert_bad_input(build(ws, "--dry-run", "//exp:model"), ws, BUILD_FILE, TRAIN_LINE, f"train_lm 'model': {message}")
 
 
+_MIXTRAL = {"hidden_dim": 32, "intermediate_dim": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2, "seq_len": 64}
+
+
+def _mixtral(**fields: object) -> str:
+    """A Mixtral model dict as a BUILD file writes it: 4 experts, 2 per token, unless `fields` say."""
+    model = {"family": "mixtral", **_MIXTRAL, "n_routed_experts": 4, "num_experts_per_tok": 2, **fields}
+    return "{" + ", ".join(f"{json.dumps(name)}: {value!r}" for name, value in model.items()) + "}"
+
+
+@pytest.mark.parametrize(
+    ("model", "message", "hint"),
+    [
+        (
+            _mixtral(n_experts=4),
+            "unknown field 'n_experts' (family 'mixtral')",
+            "'n_shared_experts', 'n_routed_experts', 'num_experts_per_tok'",
+        ),
+        (_mixtral(n_routed_experts=2.5), "field 'n_routed_experts': expected an int, got float 2.5", None),
+        (_mixtral(lbl_coef="high"), "field 'lbl_coef': expected a number or None, got str 'high'", None),
+        # A field of LlamaConfig that Levanter's Mixtral, or Qwen, would ignore is no field of theirs.
+        (_mixtral(use_qk_norm=True), "unknown field 'use_qk_norm' (family 'mixtral')", None),
+        ('{"family": "qwen", "sliding_window": 32}', "unknown field 'sliding_window' (family 'qwen')", None),
+        (
+            '{"family": "olmo2", "gradient_checkpointing": "full"}',
+            "field 'gradient_checkpointing': expected a bool, got str 'full' (family 'olmo2')",
+            None,
+        ),
+        ('{"family": "mixtrl"}', "field 'family': expected one of 'llama', 'mixtral', 'qwen', 'olmo2'", "'mixtral'"),
+    ],
+)
+def test_a_bad_field_of_a_family_fails_at_load_with_the_line(
+    make_workspace, model: str, message: str, hint: str | None
+) -> None:
+    ws = _workspace(make_workspace, model=model)
+    result = build(ws, "--dry-run", "//exp:model")
+    assert_bad_input(result, ws, BUILD_FILE, TRAIN_LINE, f"train_lm 'model': attribute 'model': {message}")
+    if hint:
+        assert f"hint: did you mean {hint}?" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (_mixtral(num_experts_per_tok=5), "model: num_experts_per_tok (5) must be from 1 to n_routed_experts (4)"),
+        (_mixtral(num_experts_per_tok=0), "model: num_experts_per_tok (0) must be from 1 to n_routed_experts (4)"),
+        (_mixtral(n_shared_experts=-1), "model: n_shared_experts must be 0 or more, got -1"),
+        (_mixtral(num_kv_heads=3), "model: num_heads (2) must be a multiple of num_kv_heads (3)"),
+        ('{"family": "olmo2", "attention_dropout": 1.5}', "model: attention_dropout must be from 0 to below 1"),
+        ('{"family": "qwen", "hidden_dim": 0}', "model: hidden_dim must be positive, got 0"),
+    ],
+)
+def test_a_family_s_fields_that_do_not_fit_together_fail_at_load(make_workspace, model: str, message: str) -> None:
+    ws = _workspace(make_workspace, model=model)
+    assert_bad_input(build(ws, "--dry-run", "//exp:model"), ws, BUILD_FILE, TRAIN_LINE, f"train_lm 'model': {message}")
+
+
+def test_the_family_is_part_of_the_key_and_a_llama_says_none(make_workspace) -> None:
+    """Each family's dict holds its family and its own defaults; a Llama's holds no family
+    field, written out or not, so Llama recipes kept the keys they had before families."""
+    ws = _workspace(make_workspace)
+    built = build(ws, "//exp:tokens")  # the data, whose digest a training's key holds
+    assert built.rc == 0, built.stderr
+
+    def loaded(model: str) -> tuple[dict, str]:
+        (ws / BUILD_FILE).write_text(_build_file(model=model))
+        attrs = loader_for(ws).package("exp").targets["model"].attrs
+        return attrs["model"], keys(build_json(ws, "--dry-run", "//exp:model"))["//exp:model"]
+
+    llama, llama_key = loaded(MODEL)
+    assert "family" not in llama and loaded(MODEL.replace("{", '{"family": "llama", ', 1)) == (llama, llama_key)
+    qwen, qwen_key = loaded(MODEL.replace("{", '{"family": "qwen", ', 1))
+    ignored = ("head_dim", "hybrid_norm", "use_qk_norm")  # Levanter's Qwen has no such options
+    assert qwen == {"family": "qwen", **{name: value for name, value in llama.items() if name not in ignored}}
+    assert qwen_key != llama_key
+    olmo2, _ = loaded(MODEL.replace("{", '{"family": "olmo2", ', 1))
+    assert (olmo2["family"], olmo2["layer_norm_epsilon"], olmo2["attention_bias"]) == ("olmo2", 1e-6, False)
+    assert "head_dim" not in olmo2
+    mixtral, mixtral_key = loaded(_mixtral())
+    assert mixtral["family"] == "mixtral" and (mixtral["n_shared_experts"], mixtral["lbl_coef"]) == (0, 0.01)
+    assert loaded(_mixtral(n_routed_experts=8))[1] != mixtral_key
+
+
 # -- the effective config ---------------------------------------------------------------------
 
 
@@ -197,6 +280,28 @@ def test_a_struct_checks_kinds_and_fills_defaults() -> None:
         types.struct([types.Field("rate", float, "fast")])
 
 
+def test_a_tagged_struct_takes_the_fields_of_the_variant_its_tag_names() -> None:
+    tagged = types.tagged_struct(
+        "kind",
+        {"plain": [types.Field("size", int, 1)], "mixed": [types.Field("size", int, 2), types.Field("parts", int, 4)]},
+        "plain",
+    )
+    # The default variant: no tag in the value, written out or not.
+    assert tagged.normalize({}, "") == tagged.normalize({"kind": "plain"}, "") == {"size": 1}
+    # Another: the tag, and that variant's fields and defaults.
+    assert tagged.normalize({"kind": "mixed", "parts": 8}, "") == {"kind": "mixed", "size": 2, "parts": 8}
+    with pytest.raises(types.AttrError, match=r"unknown field 'parts'$"):
+        tagged.normalize({"parts": 8}, "")
+    with pytest.raises(types.AttrError, match=r"field 'parts': expected an int, got str 'x' \(kind 'mixed'\)"):
+        tagged.normalize({"kind": "mixed", "parts": "x"}, "")
+    with pytest.raises(types.AttrError, match="field 'kind': expected one of 'plain', 'mixed', got 'mixd'") as raised:
+        tagged.normalize({"kind": "mixd"}, "")
+    assert raised.value.hint == "did you mean 'mixed'?"
+    with pytest.raises(types.AttrError, match="expected a dict of fields"):
+        tagged.normalize([], "")
+    assert "plain=struct(size: int = 1)" in tagged.name and "parts: int = 4" in tagged.name
+
+
 def test_the_schema_is_part_of_the_type_name() -> None:
     """The package cache fingerprints rules by their attribute types' names: a changed
     default must invalidate cached packages, since their attrs hold the old one."""
@@ -219,12 +324,16 @@ def _accepts(annotation: object, field: types.Field) -> list[str]:
     """What `field` may hold that Levanter's `annotation` does not accept (empty: compatible)."""
     members = _members(annotation)
     enums = [member for member in members if isinstance(member, type) and issubclass(member, enum.Enum)]
+    literals = {value for member in members if typing.get_origin(member) is typing.Literal for value in member.__args__}
     problems = []
     for kind in field.kinds:
         if kind is str and field.choices and enums:
             values = {item.value for item in enums[0]}
             if not set(field.choices) <= values:
                 problems.append(f"choices {sorted(set(field.choices) - values)} are not {enums[0].__name__} values")
+        elif kind is str and field.choices and literals:
+            if not set(field.choices) <= literals:
+                problems.append(f"choices {sorted(set(field.choices) - literals)} are not among {sorted(literals)}")
         elif kind not in members:
             problems.append(f"{kind.__name__} is not one of {members}")
     if field.optional and type(None) not in members:
@@ -237,16 +346,18 @@ def _levanter_default(field: dataclasses.Field) -> object:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-@pytest.mark.parametrize("kind", ["model", "optimizer"])
+@pytest.mark.parametrize("kind", [*lm_config.FAMILIES, "optimizer"])
 def test_the_schema_matches_levanters_config_classes(kind: str) -> None:
-    from levanter.models.llama import LlamaConfig
     from levanter.optim import AdamConfig
     from levanter.optim.config import LrSchedule
 
-    cls, declared, excluded = {
-        "model": (LlamaConfig, lm_config.MODEL_FIELDS, lm_config.MODEL_EXCLUDED),
-        "optimizer": (AdamConfig, lm_config.OPTIMIZER_FIELDS, lm_config.OPTIMIZER_EXCLUDED),
-    }[kind]
+    from rules import levanter_lm
+
+    if kind == "optimizer":
+        cls, declared, excluded = AdamConfig, lm_config.OPTIMIZER_FIELDS, lm_config.OPTIMIZER_EXCLUDED
+    else:
+        family = lm_config.FAMILIES[kind]
+        cls, declared, excluded = levanter_lm.CONFIG_CLASSES[kind], family.fields, family.excluded
     theirs = {field.name: field for field in dataclasses.fields(cls) if field.init}
     hints = typing.get_type_hints(cls)
     ours = {field.name: field for field in declared}
@@ -263,6 +374,11 @@ def test_the_schema_matches_levanters_config_classes(kind: str) -> None:
         assert field.default == _levanter_default(theirs[name]), f"{kind}.{name}: Levanter's default differs"
     if kind == "optimizer":  # a string lr_schedule names a registered schedule
         assert set(ours["lr_schedule"].choices) <= set(LrSchedule.get_known_choices())
+    else:  # the families' classes and Hugging Face architectures are the ones Levanter registers
+        assert cls.get_choice_class(kind) is cls
+        assert cls.get_choice_name(cls) == kind
+        hf_config = cls().to_hf_config(vocab_size=10)
+        assert hf_config.model_type == lm_config.FAMILIES[kind].hf_model_type
 
 
 def test_the_resolved_configs_build_levanters_configs(tmp_path: Path) -> None:
@@ -288,6 +404,17 @@ def test_the_resolved_configs_build_levanters_configs(tmp_path: Path) -> None:
     assert isinstance(optimizer, AdamConfig) and dataclasses.asdict(optimizer) == dataclasses.asdict(
         AdamConfig(learning_rate=1e-3)
     )
+    # Each family's class, with every field the dict holds, and no older switch that would
+    # override attn_backend.
+    for name in ("mixtral", "qwen", "olmo2"):
+        built = levanter_lm.model_config({"family": name, **partial}, tokenizer, tmp_path)
+        assert type(built) is levanter_lm.CONFIG_CLASSES[name] and built.hidden_dim == 64
+        assert getattr(built, "use_flash_attention", None) is None
+        assert json.loads((Path(built.reference_checkpoint) / "config.json").read_text()) == {
+            "model_type": lm_config.FAMILIES[name].hf_model_type
+        }
+    moe = levanter_lm.model_config({"family": "mixtral", **partial, "n_routed_experts": 4}, tokenizer, tmp_path)
+    assert (moe.n_routed_experts, moe.num_experts_per_tok, moe.lbl_coef) == (4, 2, 0.01)
     trainer = levanter_lm.trainer_config({"steps": 10, "batch_size": 4}, 0, None, tmp_path / "m", tmp_path / "logs")
     assert (trainer.num_train_steps, trainer.train_batch_size, trainer.steps_per_eval) == (10, 4, 10)
     assert trainer.max_eval_batches is None
@@ -296,8 +423,11 @@ def test_the_resolved_configs_build_levanters_configs(tmp_path: Path) -> None:
 def test_the_docs_list_every_field() -> None:
     text = (REPO / "docs" / "rules.md").read_text()
     section = text[text.index("### train_lm(") : text.index("### eval_lm(")]
-    for field in (*lm_config.MODEL_FIELDS, *lm_config.OPTIMIZER_FIELDS, *lm_config.TRAINER_FIELDS):
+    families = [field for family in lm_config.FAMILIES.values() for field in family.fields]
+    for field in (*families, *lm_config.OPTIMIZER_FIELDS, *lm_config.TRAINER_FIELDS):
         assert f"`{field.name}`" in section, f"docs/rules.md does not list {field.name}"
+    for family in lm_config.FAMILIES.values():
+        assert f"`{family.name}`" in section, f"docs/rules.md does not describe the family {family.name}"
 
 
 def test_the_learning_rate_is_a_value_of_the_optimizer_state_not_of_the_program() -> None:

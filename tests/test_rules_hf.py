@@ -113,8 +113,8 @@ print(json.dumps(results))
 """
 
 
-def _build(ws: Path, *args: str, expect_rc: int = 0) -> dict:
-    rc, out, err = run_cli(ws, "build", "--json", *args, timeout=TRAIN_TIMEOUT_S)
+def _build(ws: Path, *args: str, expect_rc: int = 0, timeout: int = TRAIN_TIMEOUT_S) -> dict:
+    rc, out, err = run_cli(ws, "build", "--json", *args, timeout=timeout)
     assert rc == expect_rc, f"exit {rc}\n{out}\n{err}"
     data = json.loads(out)
     return {item["label"]: item for item in data["targets"]} | {"stderr": err}

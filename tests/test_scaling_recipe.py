@@ -114,3 +114,91 @@ def test_dry_run_and_query_over_the_full_suite(tmp_path: Path) -> None:
     assert rc == 0, err
     planned = {line.split()[1] for line in out.splitlines() if line.startswith(("would-run", "pending"))}
     assert {f"{PKG}:fit", f"{PKG}:stdlib_bytes"} <= planned and not any("full" in label for label in planned)
+
+
+# -- mixtures of experts ------------------------------------------------------------------------
+
+MOE_BUILD = """
+load("//rules:lm.star", "llama_nano", "mixtral_nano")
+load("//rules:scaling.star", "isoflop_sweep", "scaling_recipe")
+python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
+bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
+tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
+shape = dict(vocab_size = 300, seq_len = 64, widths = [32, 64, 128, 256], head_dim = 16, target_steps = 10,
+             min_batch = 1, max_batch = 64)
+isoflop_sweep(name = "dense", budgets = [1e13, 1e14], candidates_per_budget = 3, data = ":tokens",
+              recipe = scaling_recipe(**shape), evaluate = False)
+isoflop_sweep(name = "moe", budgets = [1e13, 1e14], candidates_per_budget = 3, data = ":tokens",
+              recipe = scaling_recipe(experts = 8, experts_per_token = 2, **shape), evaluate = False)
+isoflop_sweep(name = "wide", budgets = [1e13, 1e14], candidates_per_budget = 3, data = ":tokens",
+              recipe = scaling_recipe(experts = 64, experts_per_token = 2, **shape), evaluate = False)
+train_lm(name = "nano", data = ":tokens", model = llama_nano(), trainer = {"steps": 2})
+train_lm(name = "nano_moe", data = ":tokens", model = mixtral_nano(), trainer = {"steps": 2})
+"""
+
+
+def _moe_flops(attrs: dict, vocab_size: int) -> float:
+    from rules import levanter_lm
+
+    model, trainer = attrs["model"], attrs["trainer"]
+    config = levanter_lm.CONFIG_CLASSES[model.get("family", "llama")](
+        **{name: value for name, value in model.items() if name not in ("family", "activation_function")}
+    )
+    return 3 * config.flops_per_token(vocab_size) * trainer["steps"] * trainer["batch_size"] * model["seq_len"]
+
+
+def test_a_mixture_of_experts_recipe_counts_the_flops_of_its_active_experts(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "rules").mkdir(parents=True)
+    (ws / "rules" / "BUILD.marin").write_text("")
+    for star in ("lm.star", "scaling.star"):
+        (ws / "rules" / star).write_text((REPO / "rules" / star).read_text())
+    (ws / "exp").mkdir()
+    (ws / "exp" / "BUILD.marin").write_text(MOE_BUILD)
+    (ws / "marinbuild.toml").write_text('rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n')
+    targets = plan(ws, "//exp:all").targets
+    runs = {
+        label: target.attrs
+        for label, target in targets.items()
+        if target.rule.name == "train_lm" and "nano" not in label
+    }
+    by_sweep = {
+        sweep: {label: attrs for label, attrs in runs.items() if f":{sweep}-" in label}
+        for sweep in ("dense", "moe", "wide")
+    }
+    assert all(len(sweep) == 6 for sweep in by_sweep.values())
+
+    for label, attrs in runs.items():
+        # Levanter's own count (MixtralConfig.flops_per_token for the mixtures) lands on the budget.
+        budget = float(re.search(r"-(1e1[34])-", label)[1])
+        assert abs(_moe_flops(attrs, 300) / budget - 1) < 0.05, label
+    for label, attrs in {**by_sweep["moe"], **by_sweep["wide"]}.items():
+        model = attrs["model"]
+        assert (model["family"], model["num_experts_per_tok"]) == ("mixtral", 2)
+        assert label.endswith(f"-e{model['n_routed_experts']}k2")
+        assert (
+            "active (" in attrs["description"]
+            and f"{model['n_routed_experts']} experts, 2 per token" in attrs["description"]
+        )
+
+    # Eight times the experts, two per token either way: the same widths chosen by the prior
+    # (it counts active parameters), about the same tokens at each (the FLOPs per token differ
+    # only by the router's). Two experts per token cost more than a dense MLP as wide as one:
+    # fewer tokens for the same budget.
+    def tokens(sweep: str) -> dict[tuple[str, int], int]:
+        return {
+            (re.search(r"-(1e1[34])-", label)[1], attrs["model"]["hidden_dim"]): attrs["trainer"]["steps"]
+            * attrs["trainer"]["batch_size"]
+            for label, attrs in by_sweep[sweep].items()
+        }
+
+    moe, wide, dense = tokens("moe"), tokens("wide"), tokens("dense")
+
+    # mixtral_nano: llama_nano's FLOPs per token, and its router's (under 1% more).
+    nano, nano_moe = (_moe_flops(targets[f"//exp:{name}"].attrs, 300) for name in ("nano", "nano_moe"))
+    assert 0 < nano_moe - nano < 0.01 * nano
+    assert moe.keys() == wide.keys()
+    for run, count in moe.items():
+        assert abs(wide[run] / count - 1) < 0.1, run
+        assert wide[run] <= count
+    assert all(moe[run] < dense[run] for run in moe.keys() & dense.keys()) and moe.keys() & dense.keys()

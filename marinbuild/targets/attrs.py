@@ -359,6 +359,37 @@ def struct(fields: Sequence[Field]) -> AttrType:
     return AttrType(name, normalize, _no_labels)
 
 
+def tagged_struct(tag: str, variants: Mapping[str, Sequence[Field]], default: str) -> AttrType:
+    """A struct whose fields depend on one of them, `tag`: each of its values names a
+    variant with fields of its own (a model's family: a Mixtral has experts, a Llama none).
+
+    A value without the tag is of the `default` variant, and its normalized dict leaves
+    the tag out, as it does when the tag is written out: the dicts of that variant keep the
+    keys they had before the other variants existed. Every other variant's dict holds the
+    tag, so two variants' dicts always differ. Errors in a non-default variant's fields
+    name the variant.
+    """
+    structs = {variant: struct(fields) for variant, fields in variants.items()}
+    chooser = Field(tag, str, default, choices=tuple(variants))
+
+    def normalize(value: JsonValue, package: str) -> JsonValue:
+        if not isinstance(value, dict):
+            raise AttrError(f"expected a dict of fields, got {type(value).__name__} {value!r}")
+        variant = chooser.check(value.get(tag, default))
+        fields = {name: field for name, field in value.items() if name != tag}
+        if variant == default:
+            return structs[variant].normalize(fields, package)
+        try:
+            return {tag: variant, **structs[variant].normalize(fields, package)}
+        except AttrError as error:
+            raise AttrError(f"{error} ({tag} {variant!r})", hint=error.hint) from None
+
+    name = f"tagged_struct({tag}, default {default}: " + ", ".join(
+        f"{variant}={found.name}" for variant, found in structs.items()
+    )
+    return AttrType(name + ")", normalize, _no_labels)
+
+
 @dataclass(frozen=True)
 class Attr:
     """An attribute of a rule.
