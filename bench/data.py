@@ -53,6 +53,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import benchlib
@@ -65,6 +66,8 @@ BUILD = """filegroup(name = "corpus", srcs = glob(["corpus/**"]))
 filter_text(name = "filtered", data = ":corpus", filters = {filters}, resources = {{"cpu": {workers}}})
 dedup(name = "deduped", data = [":filtered"], resources = {{"cpu": {workers}}})
 """
+SIMILAR = 0.6  # marinbuild's MinHash threshold: the shingle similarity of a near duplicate
+WORD = re.compile(r"\w+")  # as rules.webdata.dedup tokenises
 # Where marinbuild's filter_text ends a sentence (rules/webdata/filters.py, SENTENCE_END).
 SENTENCE_END = re.compile(r"[.!?]+(?=[\"'”’)\]]*(?:\s|$))")
 
@@ -102,6 +105,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.pages < 10 or args.shards < 1 or not args.workers or min(args.workers) < 1:
         parser.error("need --pages >= 10, --shards >= 1 and worker counts >= 1")
     return args
+
+
+@dataclass(frozen=True)
+class Member:
+    """A document of a cluster dedup found: kept (its first) or removed."""
+
+    url: str
+    cluster: int
+    removed: bool
+    text: str
 
 
 # -- the corpus -------------------------------------------------------------------------------
@@ -187,7 +200,7 @@ def marinbuild_run(marinbuild: str, corpus: Path, ws: Path, workers: int) -> dic
     seconds = {entry["label"].split(":")[1]: entry["duration_s"] for entry in report["targets"]}
     filtered, deduped = outputs["//data:filtered"], outputs["//data:deduped"]
     members = [
-        (record["url"], record["cluster"], record["status"] != "kept")
+        Member(record["url"], record["cluster"], record["status"] != "kept", record["text"])
         for record in _records(sorted((deduped / "clusters").rglob("*.jsonl")))
     ]
     return {
@@ -317,10 +330,12 @@ def datatrove_run(python: Path, args: argparse.Namespace, corpus: Path, out: Pat
     ]
     run = benchlib.run_timed(command, cwd=out.parent)
 
-    def members(name: str, removed: bool) -> Iterator[tuple[str, int, bool]]:
+    def members(name: str, removed: bool) -> Iterator[Member]:
         for record in _records(sorted((out / name).glob("*.jsonl"))):
             if record["metadata"]["minhash_cluster_id"] >= 0:
-                yield record["metadata"]["url"], record["metadata"]["minhash_cluster_id"], removed
+                yield Member(
+                    record["metadata"]["url"], record["metadata"]["minhash_cluster_id"], removed, record["text"]
+                )
 
     return {
         "run": run,
@@ -334,31 +349,52 @@ def datatrove_run(python: Path, args: argparse.Namespace, corpus: Path, out: Pat
 # -- quality and the report --------------------------------------------------------------------------
 
 
+def shingles(text: str) -> set[tuple[str, ...]]:
+    """The 5-word shingles of marinbuild's MinHash (lowercased `\\w+` tokens): the similarity
+    both tools' removals are judged by."""
+    words = WORD.findall(text.lower())
+    return set(zip(*(words[k:] for k in range(NGRAM)))) or {tuple(words)}
+
+
 def dedup_quality(
-    seen: Sequence[str], members: Sequence[tuple[str, int, bool]], truth: dict[str, tuple[str, str | None]]
+    seen: Sequence[str], members: Sequence[Member], truth: dict[str, tuple[str, str | None]]
 ) -> dict[str, float | int]:
-    """Precision of what dedup removed from the documents it `seen`, and recall of the near
-    and exact duplicates among them whose original it saw too."""
+    """What dedup removed from the documents it `seen`: the precision of its removals, a
+    removal right when the document and its cluster's kept one copy one original (`injected`)
+    or, also, when their shingles' Jaccard similarity is at least SIMILAR (`similar`: a near
+    duplicate the generator made by chance, two pages mostly of one shared paragraph); and
+    the recall of the near and exact copies among them whose original it saw too."""
 
     def original(url: str) -> str:
         return truth[url][1] or url
 
-    keeper = {cluster: url for url, cluster, removed in members if not removed}
-    removed = [(url, keeper.get(cluster)) for url, cluster, gone in members if gone]
-    right = {url for url, first in removed if first is not None and original(url) == original(first)}
+    keeper = {member.cluster: member for member in members if not member.removed}
+    removed = [(member, keeper.get(member.cluster)) for member in members if member.removed]
+    injected = {member.url for member, first in removed if first and original(member.url) == original(first.url)}
+    similar = injected | {
+        member.url
+        for member, first in removed
+        if first and member.url not in injected and _jaccard(member.text, first.text) >= SIMILAR
+    }
     present = set(seen)
-    recall = {}
+    found = {}
     for kind in ("near_duplicate", "exact_duplicate"):
         copies = {url for url in present if truth[url][0] == kind and truth[url][1] in present}
-        recall[kind] = (len(right & copies) / len(copies) if copies else 1.0, len(copies))
+        found[kind] = (len(injected & copies) / len(copies) if copies else 1.0, len(copies))
     return {
         "removed": len(removed),
-        "precision": len(right) / len(removed) if removed else 1.0,
-        "near_recall": recall["near_duplicate"][0],
-        "near_duplicates": recall["near_duplicate"][1],
-        "exact_recall": recall["exact_duplicate"][0],
-        "exact_duplicates": recall["exact_duplicate"][1],
+        "precision_injected": len(injected) / len(removed) if removed else 1.0,
+        "precision_similar": len(similar) / len(removed) if removed else 1.0,
+        "near_recall": found["near_duplicate"][0],
+        "near_duplicates": found["near_duplicate"][1],
+        "exact_recall": found["exact_duplicate"][0],
+        "exact_duplicates": found["exact_duplicate"][1],
     }
+
+
+def _jaccard(one: str, other: str) -> float:
+    a, b = shingles(one), shingles(other)
+    return len(a & b) / len(a | b)
 
 
 def figures(result: dict, documents: int, workers: int, truth: dict[str, tuple[str, str | None]]) -> dict:
