@@ -26,8 +26,8 @@ Measured in one run, on the same documents:
   sentences end where marinbuild's end (`--datatrove-tokenizer words`, the default), or
   datatrove's own English tokenizer (spaCy) splits them (`spacy`). docs/benchmarks.md lists
   what else differs. datatrove is installed only in the benchmarks' peer environment
-  ($MARINBUILD_BENCH_PEERS_VENV, default /work/bench-venv: `pip install datatrove spacy
-  orjson xxhash`), never a dependency of marinbuild;
+  ($MARINBUILD_BENCH_PEERS_VENV, default /work/bench-venv: `pip install
+  'datatrove[processing]' spacy orjson`), never a dependency of marinbuild;
 
 each with W = 1 and 2 workers (`--workers`): documents per CPU second, documents per
 second per worker (wall clock), and their ratios, marinbuild's to datatrove's, at each
@@ -61,7 +61,7 @@ from pathlib import Path
 
 import benchlib
 
-PEER_PACKAGES = "datatrove spacy orjson xxhash"
+PEER_PACKAGES = "'datatrove[processing]' spacy orjson"
 FILTERS = ("gopher_quality", "c4_quality", "gopher_repetition")  # marinbuild's chain, defaults
 NGRAM, BANDS, ROWS = 5, 25, 4  # marinbuild's dedup defaults, given to datatrove's MinHash
 CONFIG = 'rules = ["rules.webdata.filter_text", "rules.webdata.dedup_rule"]\n'
