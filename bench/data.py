@@ -423,7 +423,7 @@ def _load() -> str:
 
 def run_benchmark(args: argparse.Namespace, work: Path) -> dict:
     marinbuild = benchlib.find_marinbuild()
-    python = None if args.skip_datatrove else benchlib.peer_python("datatrove", PEER_PACKAGES)
+    python = None if args.skip_datatrove else benchlib.peer_python("datatrove.pipeline.filters", PEER_PACKAGES)
     load_before = _load()
     documents, size, truth = make_corpus(args, work / "corpus")
     benchlib.log(f"{documents} documents, {size / 1e6:.1f} MB")
