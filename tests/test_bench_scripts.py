@@ -237,6 +237,28 @@ def test_the_dedup_benchmark_times_the_signatures_measures_the_reduce_and_the_bl
     assert _positive(data["ratios"]["rbloom_to_set_bytes_per_item"])
 
 
+def test_the_data_benchmark_filters_and_dedups_through_marinbuild_builds_at_each_worker_count(tmp_path) -> None:
+    args = ("--pages", "300", "--stdlib-modules", "0", "--shards", "2", "--workers", "1,2")
+    data = _run("data.py", tmp_path, *args, "--skip-datatrove")
+    assert set(data["tools"]) == {"marinbuild"} and set(data["tools"]["marinbuild"]) == {"1", "2"}, data
+    assert data["documents"] > 0 and data["corpus_bytes"] > 0 and not data["ratios"]
+    one, two = data["tools"]["marinbuild"]["1"], data["tools"]["marinbuild"]["2"]
+    for figures in (one, two):
+        rates = [figures[name] for name in ("documents_per_cpu_s", "documents_per_s_per_worker", "ingest_s")]
+        assert all(_positive(rate) for rate in rates) and set(figures["step_s"]) == {"filtered", "deduped"}
+        assert 0 < figures["dedup_kept"] < figures["filters_kept"] < data["documents"], figures
+        quality = figures["dedup"]
+        assert 0 < quality["precision_injected"] <= quality["precision_similar"] <= 1, quality
+        assert quality["near_duplicates"] > 0 and 0 < quality["near_recall"] <= 1, quality
+    # Two workers make the same outputs as one: only the speed may differ.
+    assert (one["filters_kept"], one["dedup_kept"], one["dedup"]) == (
+        two["filters_kept"],
+        two["dedup_kept"],
+        two["dedup"],
+    )
+    assert data["speedup_over_fewest_workers"]["marinbuild"]["1"] == 1.0
+
+
 def _documented_runs() -> Iterator[tuple[str, str, str]]:
     """(where, script, arguments) of every benchmark command line of the docs."""
     for path in DOCS:
@@ -257,6 +279,7 @@ def test_every_benchmark_command_line_of_the_docs_parses(monkeypatch) -> None:
         "train_overhead",
         "extract",
         "dedup",
+        "data",
     }, runs
     for where, script, arguments in runs:
         module = importlib.import_module(script)

@@ -25,6 +25,8 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import compress, repeat
+from operator import not_
 from typing import Any, ClassVar
 
 from marinbuild.errors import did_you_mean
@@ -59,6 +61,14 @@ def _words(text: str) -> list[str]:
 
 def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.split("\n") if line.strip()]
+
+
+def _alphabetic(words: Sequence[str], bare: Sequence[str]) -> int:
+    """How many of `words` hold an alphabetic character: those whose `bare` form is all
+    letters (most), found without a Python loop, and the others looked at one by one."""
+    letters = list(map(str.isalpha, bare))
+    others = compress(words, map(not_, letters))
+    return sum(letters) + sum(1 for word in others if any(map(str.isalpha, word)))
 
 
 # -- Gopher quality ---------------------------------------------------------------------------
@@ -108,7 +118,8 @@ class GopherQuality(Filter):
             return "too few words"
         if len(words) > self.max_words:
             return "too many words"
-        mean_length = sum(len(word.strip(string.punctuation)) for word in words) / len(words)
+        bare = list(map(str.strip, words, repeat(string.punctuation)))  # each word, punctuation around it off
+        mean_length = sum(map(len, bare)) / len(words)
         if not self.min_mean_word_length <= mean_length <= self.max_mean_word_length:
             return "mean word length out of range"
         text = document.text
@@ -120,10 +131,10 @@ class GopherQuality(Filter):
             return "too many bullet lines"
         if sum(line.endswith(ELLIPSES) for line in lines) / len(lines) > self.max_ellipsis_lines_ratio:
             return "too many ellipsis lines"
-        if sum(any(c.isalpha() for c in word) for word in words) / len(words) < self.min_alpha_words_ratio:
+        if _alphabetic(words, bare) / len(words) < self.min_alpha_words_ratio:
             return "too few alphabetic words"
         stop_words = set(self.stop_words)
-        if sum(word.strip(string.punctuation).lower() in stop_words for word in words) < self.min_stop_words:
+        if sum(map(stop_words.__contains__, map(str.lower, bare))) < self.min_stop_words:
             return "too few stop words"
         return document
 
@@ -175,7 +186,7 @@ class C4Quality(Filter):
         return (
             line.endswith(self.terminal_punctuation)
             and len(words) >= self.min_words_per_line
-            and all(len(word) <= self.max_word_length for word in words)
+            and max(map(len, words), default=0) <= self.max_word_length
             and not (self.drop_javascript_lines and "javascript" in lowered)
             and not (self.drop_policy_lines and any(phrase in lowered for phrase in POLICY_PHRASES))
         )
@@ -214,28 +225,35 @@ def _duplicates(elements: Sequence[str]) -> tuple[int, int]:
     return count, characters
 
 
-def _top_ngram_fraction(words: Sequence[str], n: int) -> float:
-    """The share of the words' characters in the most frequent n-gram's occurrences."""
-    ngrams = Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+def _ngrams(words: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    """The n-grams of `words`, in order (zip builds them without a Python loop)."""
+    return list(zip(*(words[k:] for k in range(n))))
+
+
+def _top_ngram_fraction(words: Sequence[str], total: int, n: int) -> float:
+    """The share of the words' characters (`total`) in the most frequent n-gram's
+    occurrences; of n-grams as frequent, the first."""
+    ngrams = Counter(_ngrams(words, n))
     if not ngrams:
         return 0.0
     top, count = ngrams.most_common(1)[0]
-    return count * sum(len(word) for word in top) / sum(len(word) for word in words)
+    return count * sum(map(len, top)) / total
 
 
-def _duplicate_ngram_fraction(words: Sequence[str], n: int) -> float:
-    """The share of the words' characters inside n-grams that occur more than once, each
-    character counted once however many such n-grams overlap it."""
-    starts: dict[tuple[str, ...], list[int]] = {}
-    for i in range(len(words) - n + 1):
-        starts.setdefault(tuple(words[i : i + n]), []).append(i)
-    covered = [False] * len(words)
-    for positions in starts.values():
-        if len(positions) > 1:
-            for start in positions:
-                covered[start : start + n] = [True] * n
-    total = sum(len(word) for word in words)
-    return sum(len(word) for word, hit in zip(words, covered) if hit) / total if total else 0.0
+def _duplicate_ngram_fraction(words: Sequence[str], lengths: Sequence[int], total: int, n: int) -> float:
+    """The share of the words' characters (`lengths` of each, `total` of all) inside
+    n-grams that occur more than once, each character counted once however many such
+    n-grams overlap it."""
+    ngrams = _ngrams(words, n)
+    counts = Counter(ngrams)
+    if len(counts) == len(ngrams):  # no n-gram repeats
+        return 0.0
+    covered = bytearray(len(words))
+    span = b"\x01" * n
+    for start, count in enumerate(map(counts.__getitem__, ngrams)):
+        if count > 1:
+            covered[start : start + n] = span
+    return sum(compress(lengths, covered)) / total
 
 
 @dataclass(frozen=True)
@@ -285,12 +303,21 @@ class GopherRepetition(Filter):
             if elements and characters / sum(len(element) for element in elements) > max_characters:
                 return f"duplicate {kind} characters"
         words = _words(text)
+        lengths = list(map(len, words))
+        total = sum(lengths)  # words are never empty: no words, no n-grams, and 0.0 for each
         for n, share in self.top_ngrams:
-            if _top_ngram_fraction(words, n) > share:
+            if _top_ngram_fraction(words, total, n) > share:
                 return f"top {n}-gram"
+        measured: list[tuple[int, float]] = []
         for n, share in self.duplicate_ngrams:
-            if _duplicate_ngram_fraction(words, n) > share:
+            # A repeated n-gram's words lie in repeated m-grams for every m <= n, so its
+            # share is at most theirs: below this threshold too, it need not be counted.
+            if any(m <= n and found <= share for m, found in measured):
+                continue
+            found = _duplicate_ngram_fraction(words, lengths, total, n)
+            if found > share:
                 return f"duplicate {n}-grams"
+            measured.append((n, found))
         return document
 
 
