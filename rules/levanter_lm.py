@@ -443,7 +443,7 @@ def train(
     before = _initial_rows(init, tokenizer) if init is not None else []
     trained = run_training(
         config,
-        lambda: levanter_train_lm.main(config),
+        lambda: launch_train_lm(config),
         attrs,
         tokenizer,
         out,
@@ -458,6 +458,13 @@ def train(
     if init is not None:
         trained.measured["continued_from_step"] = attrs["init_step"]
     return trained
+
+
+def launch_train_lm(config: Any) -> None:
+    """Levanter's `train_lm` on `config`: the one launch of train_lm and of sft_lm's full
+    fine-tuning, with a Mixtral's router statistics as metrics (rules/levanter_moe.py)."""
+    with router_metrics(config.model):
+        levanter_train_lm.main(config)
 
 
 def run_training(
@@ -503,8 +510,7 @@ def run_training(
     trackers = _trackers(config.trainer.tracker)
     with kept.watching(publish if jax.process_index() == 0 else None):
         if not finished:
-            with router_metrics(config.model):
-                launch()
+            launch()
             # Not every entry point finishes its trackers (lora_lm does not): the last
             # step's row is written once the metrics file is finished.
             trackers[MetricsFileConfig].tracker.finish()

@@ -56,6 +56,7 @@ from rules.levanter_lm import (
     data_config,
     export,
     fix_checkpoint_timestamp,
+    launch_train_lm,
     local_copy,
     model_config,
     optimizer_config,
@@ -121,7 +122,7 @@ def fine_tune(
             data=dataset, model=levanter_model, optimizer=optimizer, trainer=trainer, initialize_from_hf=str(base)
         )
         return run_training(
-            full, lambda: levanter_train_lm.main(full), recorded, tokenizer, out, scratch, tmp, started, log=run.log
+            full, lambda: launch_train_lm(full), recorded, tokenizer, out, scratch, tmp, started, log=run.log
         )
     converter = levanter_model.hf_checkpoint_converter().replaced(reference_checkpoint=str(base))
     adapters = LoraConfig(**lora)
