@@ -462,7 +462,7 @@ def train(
 
 def launch_train_lm(config: Any) -> None:
     """Levanter's `train_lm` on `config`: the one launch of train_lm and of sft_lm's full
-    fine-tuning, with a Mixtral's router statistics as metrics (rules/levanter_moe.py)."""
+    fine-tuning, with a Mixtral's router statistics as metrics (rules/library_patches.py)."""
     with router_metrics(config.model):
         levanter_train_lm.main(config)
 
