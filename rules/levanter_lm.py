@@ -62,7 +62,6 @@ from marinbuild.targets.context import StepFailed
 from marinbuild.targets.rule import checkpoint_dir
 from rules import lm_config
 from rules.hf_format import TOKENIZER, check_checkpoint
-from rules.levanter_moe import router_metrics
 from rules.levanter_optim import RuntimePeakAdamConfig
 from rules.levanter_trackers import (
     MetricsFileConfig,
@@ -73,6 +72,7 @@ from rules.levanter_trackers import (
     tracker_fields,
     wandb_config,
 )
+from rules.library_patches import router_metrics
 
 # JAX's persistent compilation cache (marinbuild points JAX_COMPILATION_CACHE_DIR at a
 # directory of this machine): keep every program, however quick to compile. Levanter
@@ -462,7 +462,7 @@ def train(
 
 def launch_train_lm(config: Any) -> None:
     """Levanter's `train_lm` on `config`: the one launch of train_lm and of sft_lm's full
-    fine-tuning, with a Mixtral's router statistics as metrics (rules/levanter_moe.py)."""
+    fine-tuning, with a Mixtral's router statistics as metrics (rules/library_patches.py)."""
     with router_metrics(config.model):
         levanter_train_lm.main(config)
 

@@ -63,6 +63,7 @@ from rules.levanter_lm import (
     run_trainer_config,
     run_training,
 )
+from rules.library_patches import converter_for_every_checkpoint
 from rules.sft import GENERATION_TAG
 from rules.tokenizer import TOKENIZER_FILES
 
@@ -311,16 +312,10 @@ def _rendered(processor: Callable[[list[dict[str, Any]]], Any], batch: list[tupl
 
 
 def _lora_main(config: lora_lm.LoraLmConfig, converter: HFCheckpointConverter) -> None:
-    """Levanter's lora_lm, offline. It finds the base's converter with
-    `HFCheckpointConverter.from_hf`, which instantiates the default config of each model
-    family Levanter knows to match the checkpoint's, and gpt2's reaches the Hub for its
-    reference config; here it gets the converter of the base's own config at once."""
-    from_hf = HFCheckpointConverter.__dict__["from_hf"]
-    HFCheckpointConverter.from_hf = staticmethod(lambda *_args, **_kwargs: converter)  # type: ignore[method-assign]
-    try:
+    """Levanter's lora_lm, offline: it is given the converter of the base's own config
+    (rules/library_patches.py says why it cannot find one itself)."""
+    with converter_for_every_checkpoint(converter):
         lora_lm.main(config)
-    finally:
-        HFCheckpointConverter.from_hf = from_hf  # type: ignore[method-assign]
 
 
 def merge_adapters(

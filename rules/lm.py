@@ -27,7 +27,7 @@ ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
 # The modules behind the rules that run Levanter (their digests are recorded in each entry).
 LEVANTER_MODULES = (
     "rules.levanter_lm",
-    "rules.levanter_moe",
+    "rules.library_patches",
     "rules.levanter_optim",
     "rules.levanter_trackers",
     "rules.lm_config",

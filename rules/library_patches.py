@@ -1,0 +1,105 @@
+"""Every patch marinbuild makes to a library it runs, in one place.
+
+A patch replaces something of a library (a function of one of its modules, a method of one
+of its classes) for the length of a `with` block, and puts the library's own back when the
+block ends, however it ends. Each patch here says what the library does wrong, in which
+version (the one pyproject.toml pins), and what would let us drop it; for each,
+tests/test_library_patches.py shows the library's own behaviour that makes it necessary,
+so that the test fails, telling us to drop the patch, once the library no longer behaves so.
+
+Both patches are of Levanter 1.2.dev1644 (with jax 0.7.2). Only a running step imports
+this module (it imports Levanter): `rules/levanter_lm.py` and `rules/levanter_sft.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import levanter.tracker
+from levanter.compat.hf_checkpoints import HFCheckpointConverter
+from levanter.main import train_lm as levanter_train_lm
+from levanter.metrics import Metric, ReductionType
+from levanter.models.lm_model import LmConfig
+from levanter.models.mixtral import MixtralConfig
+
+# Levanter's name for the router losses it logs; the trainer adds the same prefix again.
+_TRAIN_PREFIX = "train/"
+
+
+@contextlib.contextmanager
+def _replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """`owner.name` (a module's function, a class's method) is `value` while the block runs.
+    What is put back is the attribute as `owner` holds it (a staticmethod stays one)."""
+    own = vars(owner)[name]
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, own)
+
+
+@contextlib.contextmanager
+def router_metrics(model: LmConfig) -> Iterator[None]:
+    """While the block runs, Levanter's `train_lm` trains a mixture of experts (`model`)
+    with its router's statistics as metrics; nothing changes for another family.
+
+    What Levanter does wrong: its Mixtral reports its router (the load-balancing loss, the
+    router z-loss, each layer's routing entropy and expert loads) with
+    `levanter.tracker.jit_log`. Outside a `levanter.tracker.defer_tracker_for_jit` block
+    that sends the values to the host with `jax.experimental.io_callback`, which JAX
+    refuses under differentiation ("IO callbacks do not support JVP"), and Levanter's
+    trainer opens no such block: as shipped, a Mixtral fails at its first training step.
+
+    The patch: `levanter.main.train_lm.compute_next_token_loss` (the loss function
+    `train_lm.main` builds its trainer with) opens the block and returns what the model
+    logged as the loss function's own metrics, which Levanter's trainer already reduces
+    over microbatches and hosts and logs in the step's row as `train/<name>`:
+    `train/load_balancing_loss`, `train/router_z_loss`,
+    `train/moe/layer<i>/routing_entropy`, `train/moe/layer<i>/expert<j>_load`. The loss
+    itself (router losses included) is Levanter's. Evaluation runs the model without
+    differentiating it, where the callback works: there the statistics reach the trackers
+    as values of no step, which `metrics.jsonl` does not record.
+
+    Drop it when a Mixtral's loss can be differentiated as Levanter ships it (Levanter's
+    trainer collects what the loss logs, or its Mixtral returns its statistics as
+    metrics): then the trainer logs them itself, if under other names.
+    """
+    if not isinstance(model, MixtralConfig):
+        yield
+        return
+    compute_loss = levanter_train_lm.compute_next_token_loss
+
+    def loss_and_router_metrics(*args: Any, **kwargs: Any) -> tuple[Any, dict[str, Metric]]:
+        with levanter.tracker.defer_tracker_for_jit() as logged:
+            loss = compute_loss(*args, **kwargs)
+        # Each value is one batch's (a mean over its tokens): the step's is their mean.
+        return loss, {
+            name.removeprefix(_TRAIN_PREFIX): Metric.from_value(value, ReductionType.MEAN)
+            for name, value in logged.items()
+        }
+
+    with _replaced(levanter_train_lm, "compute_next_token_loss", loss_and_router_metrics):
+        yield
+
+
+@contextlib.contextmanager
+def converter_for_every_checkpoint(converter: HFCheckpointConverter) -> Iterator[None]:
+    """While the block runs, Levanter's `HFCheckpointConverter.from_hf` returns `converter`,
+    whatever checkpoint it is asked about: for `levanter.main.lora_lm.main`, which finds the
+    base model's converter with it, to run offline.
+
+    What Levanter does wrong: `from_hf` finds the Levanter config class of a checkpoint by
+    instantiating the default config of every model family Levanter knows and building its
+    converter, until one's Hugging Face config class is the checkpoint's; gpt2's comes
+    first, and its converter reads its reference config (`gpt2`) from the Hugging Face
+    Hub. Without a network (a build never reaches it: `HF_HUB_OFFLINE=1`) `from_hf` raises
+    for every checkpoint, a local Llama's included; with one, it downloads gpt2's config.
+    `lora_lm` has no other way to be given the converter.
+
+    Drop it when `from_hf` reads nothing but the checkpoint it is given (or `lora_lm`
+    takes a converter or a model config).
+    """
+    with _replaced(HFCheckpointConverter, "from_hf", staticmethod(lambda *_args, **_kwargs: converter)):
+        yield

@@ -1,0 +1,147 @@
+"""Each patch of rules/library_patches.py: the library's own behaviour that makes it
+necessary, and what the library does with the patch.
+
+Each test has two halves. Without the patch, the library fails as the patch's docstring
+says: that half fails once the library no longer does, which tells us to drop the patch
+(and its test). With the patch, what the step needs goes through. On the CPU, offline
+(HF_HUB_OFFLINE=1, as every step runs), with tiny models.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import equinox as eqx
+import haliax as hax
+import jax
+import jax.numpy as jnp
+import levanter.tracker
+import pytest
+from conftest import cli_env
+from levanter.main import train_lm as levanter_train_lm
+from levanter.models.lm_model import LmExample
+from levanter.models.mixtral import MixtralConfig
+from levanter.tracker.tracker import NoopTracker
+from levanter.utils.jax_utils import local_cpu_mesh
+
+from rules.library_patches import router_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- router_metrics: a Mixtral's loss under differentiation ----------------------------------
+
+
+def test_levanters_mixtral_cannot_be_differentiated_without_router_metrics() -> None:
+    config = MixtralConfig(
+        seq_len=8, hidden_dim=16, intermediate_dim=32, num_layers=1, num_heads=2, num_kv_heads=2, n_routed_experts=2
+    )
+    example = LmExample.causal(hax.named(jnp.arange(8) % 16, config.Pos))
+
+    # What Levanter's trainer differentiates: train_lm's loss function (looked up in its
+    # module when train_lm.main runs, as the patch replaces it), under a device mesh (its
+    # experts are placed by shard_map) and with a tracker set, as the trainer sets them.
+    def loss(model: object) -> tuple[jax.Array, object]:
+        result = levanter_train_lm.compute_next_token_loss(model, example)
+        return (result[0].array, result[1]) if isinstance(result, tuple) else (result.array, {})
+
+    gradient = eqx.filter_grad(loss, has_aux=True)
+    with local_cpu_mesh(), levanter.tracker.current_tracker(NoopTracker()):
+        model = config.build(hax.Axis("vocab", 16), key=jax.random.PRNGKey(0))
+        # Levanter's own: the Mixtral's router statistics go to the host by a callback.
+        with pytest.raises(ValueError, match="IO callbacks do not support JVP"):
+            gradient(model)
+        with router_metrics(config):
+            _grads, metrics = eqx.filter_jit(gradient)(model)
+        with pytest.raises(ValueError, match="IO callbacks do not support JVP"):  # Levanter's, back
+            gradient(model)
+
+    values = {name: float(metric.value()) for name, metric in metrics.items()}
+    assert set(values) == {
+        "load_balancing_loss",
+        "router_z_loss",
+        "moe/layer0/routing_entropy",
+        "moe/layer0/expert0_load",
+        "moe/layer0/expert1_load",
+    }, values
+    assert values["load_balancing_loss"] > 0 and values["router_z_loss"] > 0, values
+    assert values["moe/layer0/expert0_load"] + values["moe/layer0/expert1_load"] == pytest.approx(1.0), values
+
+
+def test_router_metrics_leaves_another_familys_loss_as_levanter_has_it() -> None:
+    from levanter.models.llama import LlamaConfig
+
+    own = levanter_train_lm.compute_next_token_loss
+    with router_metrics(LlamaConfig()):
+        assert levanter_train_lm.compute_next_token_loss is own
+
+
+# -- converter_for_every_checkpoint: lora_lm's converter, offline ------------------------------
+
+# In a process of its own, offline from its start (huggingface_hub and transformers read
+# HF_HUB_OFFLINE when they are imported): HFCheckpointConverter.from_hf of a local Llama,
+# what lora_lm.main calls, before, inside and after the patch. Each prints the hidden size
+# of the converter's config, or the first line of the error.
+FROM_HF = """
+import json, sys
+from levanter.compat.hf_checkpoints import HFCheckpointConverter
+from levanter.models.llama import LlamaConfig
+from rules.library_patches import converter_for_every_checkpoint
+
+checkpoint = sys.argv[1]
+
+def found():
+    try:
+        return HFCheckpointConverter.from_hf(checkpoint, trust_remote_code=False).default_config.hidden_dim
+    except OSError as error:
+        return str(error).splitlines()[0]
+
+own = LlamaConfig().hf_checkpoint_converter(checkpoint)
+before = found()
+with converter_for_every_checkpoint(own):
+    patched = found()
+print(json.dumps([before, patched, found()]))
+"""
+
+
+def _llama_checkpoint(directory: Path) -> Path:
+    """The config and tokenizer of a tiny Llama as transformers writes them (no weights:
+    from_hf reads none)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
+
+    vocabulary = {"<s>": 0, "</s>": 1, "a": 2, "b": 3}
+    tokenizer = Tokenizer(models.WordLevel(vocabulary, unk_token="a"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>").save_pretrained(directory)
+    LlamaConfig(
+        vocab_size=len(vocabulary),
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    ).save_pretrained(directory)
+    return directory
+
+
+def test_levanters_from_hf_reaches_the_hub_for_a_local_llama_without_the_patch(tmp_path: Path) -> None:
+    checkpoint = _llama_checkpoint(tmp_path / "llama")
+    env = cli_env() | {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf-home"),  # an empty cache: nothing of gpt2's is at hand
+        "HF_HUB_CACHE": str(tmp_path / "hf-home" / "hub"),
+        "PYTHONPATH": str(REPO),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", FROM_HF, str(checkpoint)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, patched, after = json.loads(done.stdout.splitlines()[-1])
+    # Levanter's own: gpt2's default config, the first family it tries, wants its reference from the Hub.
+    assert isinstance(before, str) and "huggingface.co" in before, before
+    assert patched == 8  # the converter lora_lm is given: the checkpoint's own config
+    assert after == before  # Levanter's, back
