@@ -38,12 +38,13 @@ The pool holds about 5,000 distinct paragraphs (all the stdlib modules, Python 3
 an original draws 3 to 8 of them. Drawn from those alone, a large corpus gives each
 paragraph to hundreds of unrelated pages, and pages made mostly of one long shared
 paragraph are 0.4-0.8 similar by chance (docs/benchmarks.md, bench/data.py run 1), which
-real pages are not. So the paragraphs an original draws from grow with the corpus:
-POOL_PER_PAGE a page (never fewer than the pool's), paragraph i being the pool's
+real pages are not. So the paragraphs an original draws from grow with the corpus: page
+n draws from POOL_PER_PAGE x (n + 1) of them (never fewer than the pool's; a page is the
+same in every corpus that holds it), paragraph i being the pool's
 i mod P (P its size) as it is for i < P, and otherwise that paragraph with VARIANT_EDITS
 of its words replaced by others of the pool, by a draw seeded by the seed and i: two variants of
 one paragraph share about 5% of their 5-word shingles, and two unrelated originals
-rarely share a paragraph. Document-level copies are only the injected ones; paragraphs
+rarely share a paragraph (in 2,000 pages, a fifth of the paragraphs are in two originals or more, against nearly all drawn from the pool alone). Document-level copies are only the injected ones; paragraphs
 still recur across originals now and then, for paragraph-level dedup to find.
 """
 
@@ -79,7 +80,7 @@ LOW_QUALITY = ("link_list", "repeated_lines", "too_short", "lorem_ipsum")
 MALFORMED = ("invalid_utf8", "empty_payload", "not_http", "binary_payload")
 TRUNCATED = "truncated"
 MIN_PARAGRAPH_WORDS = 15  # shorter docstring paragraphs are signatures and one-liners, not prose
-POOL_PER_PAGE = 16  # paragraphs an original draws from, a page of the corpus
+POOL_PER_PAGE = 64  # paragraphs an original draws from, a page of the corpus
 VARIANT_EDITS = 0.25  # share of a pool paragraph's words its variants replace
 _EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 _LOREM = (
@@ -530,7 +531,7 @@ class RawCorpus:
 
     def _original(self, index: int) -> _Content:
         rng = self._rng("content", index)
-        paragraphs = max(len(self.pool.prose), POOL_PER_PAGE * self.spec.pages)
+        paragraphs = max(len(self.pool.prose), POOL_PER_PAGE * (index + 1))
         blocks = [self._paragraph(rng.randrange(paragraphs)) for _ in range(rng.randint(3, 8))]
         if self.pool.code and rng.random() < 0.25:
             blocks.insert(rng.randint(1, len(blocks)), self.pool.code[rng.randrange(len(self.pool.code))])
