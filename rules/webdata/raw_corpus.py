@@ -39,13 +39,15 @@ an original draws 3 to 8 of them. Drawn from those alone, a large corpus gives e
 paragraph to hundreds of unrelated pages, and pages made mostly of one long shared
 paragraph are 0.4-0.8 similar by chance (docs/benchmarks.md, bench/data.py run 1), which
 real pages are not. So the paragraphs an original draws from grow with the corpus: page
-n draws from POOL_PER_PAGE x (n + 1) of them (never fewer than the pool's; a page is the
-same in every corpus that holds it), paragraph i being the pool's
-i mod P (P its size) as it is for i < P, and otherwise that paragraph with VARIANT_EDITS
-of its words replaced by others of the pool, by a draw seeded by the seed and i: two variants of
-one paragraph share about 5% of their 5-word shingles, and two unrelated originals
-rarely share a paragraph (in 2,000 pages, a fifth of the paragraphs are in two originals or more, against nearly all drawn from the pool alone). Document-level copies are only the injected ones; paragraphs
-still recur across originals now and then, for paragraph-level dedup to find.
+n draws from POOL_PER_PAGE x (n + 1) of them (never fewer than the pool's, so a page is
+the same in every corpus that holds it). Paragraph i is the pool's i mod P (P its size):
+as it is for i < P, and otherwise with VARIANT_EDITS of its words replaced by others of
+the pool, by a draw seeded by the seed and i, so two variants of one paragraph share
+about 5% of their 5-word shingles. Two unrelated originals rarely share a paragraph (in
+2,000 pages, a fifth of the paragraphs drawn are in two originals or more, against
+nearly all drawn from the pool alone), and are never near duplicates by chance:
+document-level copies are only the injected ones, and paragraph-level dedup still finds
+repeats.
 """
 
 from __future__ import annotations
