@@ -35,8 +35,8 @@ W; what the filters kept (and the share both kept); and dedup's quality against 
 injected copies' ground truth: the precision of what is removed (a removed document is
 right when it and its cluster's kept document copy one original; and apart, right also
 when their 5-word shingles' Jaccard similarity is at least 0.6, a near duplicate the
-generator made by chance: pages drawn from a pool of about 5,000 paragraphs, some of them
-mostly one long shared paragraph) and the recall of the near and exact copies whose
+generator made by chance, two pages mostly of one shared paragraph: rare since its
+paragraphs grow with the corpus, rules/webdata/raw_corpus.py) and the recall of the near and exact copies whose
 original reached dedup (removed, with a kept document that copies the same original).
 
 Usage: ``python bench/data.py [--pages N] [--seed S] [--stdlib-modules M] [--shards K]
