@@ -373,12 +373,13 @@ def dedup_quality(
 
     keeper = {member.cluster: member for member in members if not member.removed}
     removed = [(member, keeper.get(member.cluster)) for member in members if member.removed]
-    injected = {member.url for member, first in removed if first and original(member.url) == original(first.url)}
-    similar = injected | {
-        member.url
-        for member, first in removed
-        if first and member.url not in injected and _jaccard(member.text, first.text) >= SIMILAR
-    }
+    # Counted by removal, not by URL: two mirrors of one original have one URL.
+    right = [first is not None and original(member.url) == original(first.url) for member, first in removed]
+    similar = [
+        is_right or (first is not None and _jaccard(member.text, first.text) >= SIMILAR)
+        for (member, first), is_right in zip(removed, right)
+    ]
+    injected = {member.url for (member, _), is_right in zip(removed, right) if is_right}
     present = set(seen)
     found = {}
     for kind in ("near_duplicate", "exact_duplicate"):
@@ -386,8 +387,8 @@ def dedup_quality(
         found[kind] = (len(injected & copies) / len(copies) if copies else 1.0, len(copies))
     return {
         "removed": len(removed),
-        "precision_injected": len(injected) / len(removed) if removed else 1.0,
-        "precision_similar": len(similar) / len(removed) if removed else 1.0,
+        "precision_injected": sum(right) / len(removed) if removed else 1.0,
+        "precision_similar": sum(similar) / len(removed) if removed else 1.0,
         "near_recall": found["near_duplicate"][0],
         "near_duplicates": found["near_duplicate"][1],
         "exact_recall": found["exact_duplicate"][0],
