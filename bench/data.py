@@ -35,8 +35,8 @@ W; what the filters kept (and the share both kept); and dedup's quality against 
 injected copies' ground truth: the precision of what is removed (a removed document is
 right when it and its cluster's kept document copy one original; and apart, right also
 when their 5-word shingles' Jaccard similarity is at least 0.6, a near duplicate the
-generator made by chance: pages drawn from a pool of about 5,000 paragraphs, some of them
-mostly one long shared paragraph) and the recall of the near and exact copies whose
+generator made by chance, two pages mostly of one shared paragraph: rare since its
+paragraphs grow with the corpus, rules/webdata/raw_corpus.py) and the recall of the near and exact copies whose
 original reached dedup (removed, with a kept document that copies the same original).
 
 Usage: ``python bench/data.py [--pages N] [--seed S] [--stdlib-modules M] [--shards K]
@@ -373,12 +373,13 @@ def dedup_quality(
 
     keeper = {member.cluster: member for member in members if not member.removed}
     removed = [(member, keeper.get(member.cluster)) for member in members if member.removed]
-    injected = {member.url for member, first in removed if first and original(member.url) == original(first.url)}
-    similar = injected | {
-        member.url
-        for member, first in removed
-        if first and member.url not in injected and _jaccard(member.text, first.text) >= SIMILAR
-    }
+    # Counted by removal, not by URL: two mirrors of one original have one URL.
+    right = [first is not None and original(member.url) == original(first.url) for member, first in removed]
+    similar = [
+        is_right or (first is not None and _jaccard(member.text, first.text) >= SIMILAR)
+        for (member, first), is_right in zip(removed, right)
+    ]
+    injected = {member.url for (member, _), is_right in zip(removed, right) if is_right}
     present = set(seen)
     found = {}
     for kind in ("near_duplicate", "exact_duplicate"):
@@ -386,8 +387,8 @@ def dedup_quality(
         found[kind] = (len(injected & copies) / len(copies) if copies else 1.0, len(copies))
     return {
         "removed": len(removed),
-        "precision_injected": len(injected) / len(removed) if removed else 1.0,
-        "precision_similar": len(similar) / len(removed) if removed else 1.0,
+        "precision_injected": sum(right) / len(removed) if removed else 1.0,
+        "precision_similar": sum(similar) / len(removed) if removed else 1.0,
         "near_recall": found["near_duplicate"][0],
         "near_duplicates": found["near_duplicate"][1],
         "exact_recall": found["exact_duplicate"][0],

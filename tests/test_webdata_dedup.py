@@ -28,7 +28,9 @@ from marinbuild.targets.attrs import AttrError
 from marinbuild.targets.context import StepFailed
 from rules.webdata.dedup import (
     CONTENT,
+    KEPT,
     MINHASH,
+    NEAR,
     VERIFY_BYTES,
     ClusterMember,
     Clusters,
@@ -241,9 +243,11 @@ def test_the_reduce_holds_one_band_at_a_time_not_the_signatures(tmp_path) -> Non
     assert peaks[64] < signature_bytes / 4, (peaks, signature_bytes)
 
 
-def test_near_duplicates_chain_into_one_cluster_whose_first_document_is_kept(tmp_path) -> None:
+def test_a_document_is_removed_only_if_like_the_one_its_cluster_keeps_not_by_chaining(tmp_path) -> None:
     """B agrees with A on 17 bands of 25, C with B on 17, C with A on 9 only (below the
-    threshold): one cluster all the same, kept by its first member, C, in the first shard."""
+    threshold); D is A's signature again (another text). C, first, is kept and B removed
+    as like it, but A, like C only through B, is not removed: it is clustered again with
+    the others unlike C, and kept, with D removed as its near duplicate."""
     fuzzy = FuzzyDedup()
     rng = np.random.default_rng(3)
     a = rng.integers(0, 2**32, size=(fuzzy.bands, 1, fuzzy.rows), dtype=np.uint32)
@@ -251,13 +255,16 @@ def test_near_duplicates_chain_into_one_cluster_whose_first_document_is_kept(tmp
     b[:8] = rng.integers(0, 2**32, size=(8, 1, fuzzy.rows), dtype=np.uint32)
     c[:16] = b[:16]
     c[8:16] = rng.integers(0, 2**32, size=(8, 1, fuzzy.rows), dtype=np.uint32)
-    content = rng.integers(0, 2**63, size=(3, 2), dtype=np.uint64)
+    assert np.mean(a == c) < fuzzy.threshold <= min(np.mean(a == b), np.mean(b == c))
+    content = rng.integers(0, 2**63, size=(4, 2), dtype=np.uint64)
     maps = [tmp_path / "0", tmp_path / "1"]
     ShardSignatures(content[:1], c).save(maps[0])
-    ShardSignatures(content[1:], np.concatenate([a, b], axis=1)).save(maps[1])
+    ShardSignatures(content[1:], np.concatenate([a, b, a], axis=1)).save(maps[1])
     found = find_clusters(maps, DedupConfig(fuzzy=fuzzy), tmp_path / "out")
-    assert [np.load(d.clusters).tolist() for d in found.shards] == [[(0, 1)], [(0, 3), (0, 3)]]
-    assert (found.counts.clusters, found.counts.near_duplicates) == (1, 2)
+    decisions = [np.load(d.clusters).tolist() for d in found.shards]
+    assert decisions == [[(0, KEPT)], [(1, KEPT), (0, NEAR), (1, NEAR)]]
+    assert (found.counts.clusters, found.counts.near_duplicates) == (2, 2)
+    assert (found.counts.rounds, found.counts.unverified) == (2, 2)  # A and D went again
 
 
 def test_exact_dedup_compares_normalised_text_and_keeps_the_first_by_shard_then_line(tmp_path) -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import Counter
+import re
+from collections import Counter, defaultdict
+from dataclasses import replace
 from html import escape
 from pathlib import Path
 
@@ -177,3 +179,29 @@ def test_non_english_pages_hold_translated_text(pool) -> None:
 def test_a_bad_spec_is_refused_with_what_is_wrong(change, message) -> None:
     with pytest.raises(ValueError, match=message):
         RawCorpusSpec(**change)
+
+
+def _shingles(text: str) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[at : at + 5]) for at in range(len(words) - 4)}
+
+
+def test_originals_of_a_corpus_far_larger_than_the_pool_rarely_share_text(pool) -> None:
+    """2,000 pages over a pool of about 570 paragraphs: drawn from the pool alone, nearly
+    every paragraph would be in several originals and some pairs 0.6 similar or more; the
+    pool grown with the corpus leaves most paragraphs in one original and no pair of
+    originals a near duplicate by chance (5-word shingles, as dedup makes them)."""
+    spec = replace(SPEC, pages=2000)
+    corpus = RawCorpus(spec, pool)
+    originals = {i: corpus.page(i).main_text for i in range(spec.pages) if corpus.kind(i) == "original"}
+    pages_of: dict[str, set[int]] = defaultdict(set)
+    for index, text in originals.items():
+        for paragraph in text.split("\n\n")[1:]:  # after the title
+            pages_of[paragraph].add(index)
+    drawn = sum(len(pages) for pages in pages_of.values())
+    shared = sum(len(pages) for pages in pages_of.values() if len(pages) > 1)
+    assert len(pool.prose) < 600 and shared < 0.3 * drawn, (len(pool.prose), shared, drawn)
+    pairs = {(a, b) for pages in pages_of.values() for a in pages for b in pages if a < b}
+    shingles = {index: _shingles(text) for index, text in originals.items()}
+    similarity = max(len(shingles[a] & shingles[b]) / len(shingles[a] | shingles[b]) for a, b in pairs)
+    assert similarity < 0.6, similarity

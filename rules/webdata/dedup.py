@@ -13,13 +13,16 @@ A global step in three phases, each a function here that a rule calls:
    content hash are one cluster (exact), and, band by band, documents whose band of
    `rows` values is equal are candidates, kept as near duplicates when their signatures
    agree on at least `threshold` of their values (the estimated Jaccard similarity of
-   their shingle sets). Clusters are the connected components, found by a union-find
-   over document positions held in numpy arrays. Each band is read from where it lies
-   in each file and sorted once, so memory is a few arrays of one value per document
-   (81 bytes a document: 1,000,000 documents peak at 131 MB of resident memory,
-   docs/benchmarks.md), never all signatures, never a Python object per document. A
-   component's representative is its smallest position: the first document by the
-   stable order is the one kept. With paragraph dedup, the kept documents' paragraphs
+   their shingle sets). The connected components are found by a union-find over
+   document positions held in numpy arrays; a component's first document by the stable
+   order is kept, and a member is removed only if its content is that document's or its
+   signature agrees with that document's on `threshold` of its values: a component
+   chains (A like B, B like C, A and C apart), so the members unlike the kept document
+   are clustered again among themselves, round after round, until none is left. Each
+   band is read from where it lies in each file and sorted once a round, so memory is a
+   few arrays of one value per document (81 bytes a document: 1,000,000 documents peak
+   at 131 MB of resident memory, docs/benchmarks.md), never all signatures, never a
+   Python object per document. With paragraph dedup, the kept documents' paragraphs
    then go through a Bloom filter (`rbloom`) in the same order, and every paragraph seen
    before is marked. It writes one small decision file per shard.
 3. `Deduplication.run`, once per shard: the shard's documents less the duplicates and
@@ -350,6 +353,8 @@ class ClusterCounts:
     near_duplicates: int = 0
     candidate_pairs: int = 0  # that share a band and were not yet in one cluster
     below_threshold: int = 0  # of those, whose signatures agree on too few values
+    rounds: int = 0  # of clustering: the members not similar to their cluster's first go again
+    unverified: int = 0  # members, over every round, not similar to their cluster's first
     paragraphs: int = 0  # of the kept documents
     duplicate_paragraphs: int = 0
 
@@ -372,24 +377,27 @@ def find_clusters(maps: Sequence[Path], config: DedupConfig, out: Path) -> Clust
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     total = int(offsets[-1])
     counts = ClusterCounts(documents=total)
-    parent = np.arange(total, dtype=np.int64)
     content = np.empty((total, 2), dtype="<u8")
     for index, directory in enumerate(maps):
         content[offsets[index] : offsets[index + 1]] = np.load(directory / CONTENT)
-    if config.exact:
-        first, other = _runs(content[:, 0])
-        same = np.all(content[first] == content[other], axis=1)  # the other 64 bits too
-        _union(parent, first[same], other[same])
-    if config.fuzzy:
-        _near_duplicates(parent, _Signatures([d / MINHASH for d in maps], offsets, config.fuzzy), config.fuzzy, counts)
-    _compress(parent)
-    members = np.bincount(parent, minlength=total)
+    signatures = _Signatures([d / MINHASH for d in maps], offsets, config.fuzzy) if config.fuzzy else None
+    kept_by = np.arange(total, dtype=np.int64)  # each document's cluster's kept document
+    active = np.arange(total, dtype=np.int64)  # the documents not yet decided, in the stable order
+    while len(active):
+        counts.rounds += 1
+        root, verified = _round(active, content, signatures, config, counts)
+        kept_by[active[verified]] = active[root[verified]]
+        # A cluster's first member is kept; a member not similar to it is decided again, in
+        # the next round, among the other such members only.
+        active = active[(root != np.arange(len(active))) & ~verified]
+        counts.unverified += len(active)
+    members = np.bincount(kept_by, minlength=total)
     status = np.full(total, UNIQUE, dtype=np.int8)
-    grouped = members[parent] > 1
-    first = parent == np.arange(total)
+    grouped = members[kept_by] > 1
+    first = kept_by == np.arange(total)
     status[grouped & first] = KEPT
     removed = grouped & ~first
-    same_content = np.all(content == content[parent], axis=1)
+    same_content = np.all(content == content[kept_by], axis=1)
     status[removed & same_content] = EXACT
     status[removed & ~same_content] = NEAR
     counts.clusters = int(np.count_nonzero(members > 1))
@@ -400,7 +408,7 @@ def find_clusters(maps: Sequence[Path], config: DedupConfig, out: Path) -> Clust
     for index in range(len(maps)):
         begin, end = offsets[index], offsets[index + 1]
         decision = np.empty(end - begin, dtype=DECISION)
-        decision["cluster"] = np.where(grouped[begin:end], parent[begin:end], -1)
+        decision["cluster"] = np.where(grouped[begin:end], kept_by[begin:end], -1)
         decision["status"] = status[begin:end]
         np.save(out / f"{index:05d}.clusters.npy", decision, allow_pickle=False)
         decisions.append(ShardDecisions(out / f"{index:05d}.clusters.npy"))
@@ -409,21 +417,59 @@ def find_clusters(maps: Sequence[Path], config: DedupConfig, out: Path) -> Clust
     return Clusters(tuple(decisions), counts)
 
 
-def _near_duplicates(parent: np.ndarray, signatures: _Signatures, fuzzy: FuzzyDedup, counts: ClusterCounts) -> None:
-    """Union every pair that shares a band and whose signatures agree on `threshold` of
-    their values, one band at a time, and the pairs' signatures VERIFY_BYTES at a time:
-    memory is a band's values and keys, never the signatures."""
+def _round(
+    active: np.ndarray,
+    content: np.ndarray,
+    signatures: _Signatures | None,
+    config: DedupConfig,
+    counts: ClusterCounts,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One round of clustering the `active` documents (positions, ascending): each one's root
+    (an index into `active`: its component's first member, by a union-find over the exact
+    and verified candidate pairs), and whether it is removed, a member other than the root
+    whose content is the root's or whose signature agrees with the root's on `threshold` of
+    its values. Union-find chains (A like B, B like C: A, B and C one component though A and
+    C may differ); checking each member against the root is what keeps C when it does."""
+    parent = np.arange(len(active), dtype=np.int64)
+    here = content[active]
+    if config.exact:
+        first, other = _runs(here[:, 0])
+        same = np.all(here[first] == here[other], axis=1)  # the other 64 bits too
+        _union(parent, first[same], other[same])
+    if signatures is not None and config.fuzzy:
+        _near_duplicates(parent, active, signatures, config.fuzzy, counts)
+    _compress(parent)
+    verified = (parent != np.arange(len(active))) & np.all(here == here[parent], axis=1)
+    if signatures is not None and config.fuzzy:
+        check = np.flatnonzero((parent != np.arange(len(active))) & ~verified)
+        verified[check] = _similar(signatures, active[check], active[parent[check]], config.fuzzy)
+    return parent, verified
+
+
+def _similar(signatures: _Signatures, a: np.ndarray, b: np.ndarray, fuzzy: FuzzyDedup) -> np.ndarray:
+    """Whether the signatures of each pair (a[i], b[i]) agree on `threshold` of their values,
+    read VERIFY_BYTES of signatures at a time."""
     chunk = max(1, VERIFY_BYTES // (2 * 4 * fuzzy.bands * fuzzy.rows))
+    similar = np.zeros(len(a), dtype=bool)
+    for at in range(0, len(a), chunk):
+        pairs = slice(at, at + chunk)
+        agreement = np.mean(signatures.of(a[pairs]) == signatures.of(b[pairs]), axis=(1, 2))
+        similar[pairs] = agreement >= fuzzy.threshold
+    return similar
+
+
+def _near_duplicates(
+    parent: np.ndarray, active: np.ndarray, signatures: _Signatures, fuzzy: FuzzyDedup, counts: ClusterCounts
+) -> None:
+    """Union every pair of `active` documents that shares a band and whose signatures agree on
+    `threshold` of their values, one band at a time: memory is a band's values and keys,
+    never the signatures."""
     for band in range(fuzzy.bands):
-        first, other = _runs(_band_keys(signatures.band(band)))
+        first, other = _runs(_band_keys(signatures.band(band)[active]))
         apart = _roots(parent, first) != _roots(parent, other)
         first, other = first[apart], other[apart]
         counts.candidate_pairs += len(first)
-        similar = np.zeros(len(first), dtype=bool)
-        for at in range(0, len(first), chunk):
-            pairs = slice(at, at + chunk)
-            agreement = np.mean(signatures.of(first[pairs]) == signatures.of(other[pairs]), axis=(1, 2))
-            similar[pairs] = agreement >= fuzzy.threshold
+        similar = _similar(signatures, active[first], active[other], fuzzy)
         counts.below_threshold += int(np.count_nonzero(~similar))
         _union(parent, first[similar], other[similar])
 

@@ -148,6 +148,7 @@ def _summary(results: list[ShardResult]) -> dict[str, Any]:
 dedup = Rule(
     name="dedup",
     impl=_dedup,
+    version=2,  # 2: a near duplicate is removed only if it is like its cluster's kept document
     attrs={
         "data": Attr(types.LABEL_LIST, doc="Corpora (outputs of data rules), deduplicated together, in this order."),
         "exact": Attr(types.BOOL, default=True, doc="Remove documents whose normalised text another has."),

@@ -35,10 +35,19 @@ about 200,000 pages). `ground_truth.jsonl` records each page's kind and, for cop
 URL and record id of the original, from which dedup precision and recall are computed.
 
 The pool holds about 5,000 distinct paragraphs (all the stdlib modules, Python 3.11) and
-an original draws 3 to 8 of them, so in a large corpus paragraphs recur across originals
-(a few shared paragraphs make a pair of pages about 0.1-0.5 similar, far from a near
-duplicate): document-level copies are only the injected ones, but paragraph-level dedup
-will find many repeats.
+an original draws 3 to 8 of them. Drawn from those alone, a large corpus gives each
+paragraph to hundreds of unrelated pages, and pages made mostly of one long shared
+paragraph are 0.4-0.8 similar by chance (docs/benchmarks.md, bench/data.py run 1), which
+real pages are not. So the paragraphs an original draws from grow with the corpus: page
+n draws from POOL_PER_PAGE x (n + 1) of them (never fewer than the pool's, so a page is
+the same in every corpus that holds it). Paragraph i is the pool's i mod P (P its size):
+as it is for i < P, and otherwise with VARIANT_EDITS of its words replaced by others of
+the pool, by a draw seeded by the seed and i, so two variants of one paragraph share
+about 5% of their 5-word shingles. Two unrelated originals rarely share a paragraph (in
+2,000 pages, a fifth of the paragraphs drawn are in two originals or more, against
+nearly all drawn from the pool alone), and are never near duplicates by chance:
+document-level copies are only the injected ones, and paragraph-level dedup still finds
+repeats.
 """
 
 from __future__ import annotations
@@ -73,6 +82,8 @@ LOW_QUALITY = ("link_list", "repeated_lines", "too_short", "lorem_ipsum")
 MALFORMED = ("invalid_utf8", "empty_payload", "not_http", "binary_payload")
 TRUNCATED = "truncated"
 MIN_PARAGRAPH_WORDS = 15  # shorter docstring paragraphs are signatures and one-liners, not prose
+POOL_PER_PAGE = 64  # paragraphs an original draws from, a page of the corpus
+VARIANT_EDITS = 0.25  # share of a pool paragraph's words its variants replace
 _EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 _LOREM = (
     "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore et "
@@ -505,10 +516,25 @@ class RawCorpus:
                 return candidate
         return 0
 
+    @cached_property
+    def _words(self) -> tuple[str, ...]:
+        """The words of the pool's prose, in order, that variants of its paragraphs draw from."""
+        return tuple(word for passage in self.pool.prose for word in passage.text.split())
+
+    def _paragraph(self, draw: int) -> Passage:
+        """Paragraph `draw` of the pool grown to the corpus (the module's docstring says why)."""
+        prose = self.pool.prose
+        base = prose[draw % len(prose)]
+        if draw < len(prose):
+            return base
+        rng = self._rng("variant", draw)
+        words = [rng.choice(self._words) if rng.random() < VARIANT_EDITS else word for word in base.text.split()]
+        return Passage(base.source, " ".join(words))
+
     def _original(self, index: int) -> _Content:
         rng = self._rng("content", index)
-        prose = self.pool.prose
-        blocks = [prose[rng.randrange(len(prose))] for _ in range(rng.randint(3, 8))]
+        paragraphs = max(len(self.pool.prose), POOL_PER_PAGE * (index + 1))
+        blocks = [self._paragraph(rng.randrange(paragraphs)) for _ in range(rng.randint(3, 8))]
         if self.pool.code and rng.random() < 0.25:
             blocks.insert(rng.randint(1, len(blocks)), self.pool.code[rng.randrange(len(self.pool.code))])
         title = f"{blocks[0].source}: {' '.join(blocks[0].text.split()[:6])}"
