@@ -55,6 +55,7 @@ PLACEHOLDERS = {  # a sample value for each placeholder of the synopses
     "EXPR": "deps(//experiments/hello:all)",
     "FORMAT": "label",
     "N": "2",
+    "W": "2",  # a worker count (docs/benchmarks.md, the data benchmark)
     "S": "30",
     "URL": "gs://team-bucket/mb",
     "DIR": "out",
