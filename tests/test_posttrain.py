@@ -60,8 +60,8 @@ BUILD_TIMEOUT_S = 2400
 # and the targets each would run again (the others stay cached).
 EDITS = {
     "the LoRA rank": (
-        '"lora": lora(r = 8, alpha = 16.0),',
-        '"lora": lora(r = 4, alpha = 16.0),',
+        '"lora": lora(r = 8, alpha = 1.0),',
+        '"lora": lora(r = 4, alpha = 1.0),',
         {"chat", "chat_hf", "eval_after"},
     ),
     "the chats": (
@@ -201,7 +201,7 @@ def _check_outputs(built: dict[str, Any]) -> None:
     assert chat["steps"] == 100 and chat["eval_loss"] < chat["initial_eval_loss"], chat
     # The mixture of experts costs about the dense model's FLOPs per token (its router's besides).
     flops = {label: _read(built, label, "summary.json")["flops"] for label in (DENSE, f"{PKG}:moe")}
-    assert 1 <= flops[f"{PKG}:moe"] / flops[DENSE] < 1.1, flops
+    assert 1 <= flops[f"{PKG}:moe"] / flops[DENSE] < 1.01, flops
     for name in ("before", "after", "moe"):
         metrics = _read(built, f"{PKG}:eval_{name}", "metrics.json")
         assert metrics["next_line.samples"] == QUESTIONS and 0 <= metrics["next_line.acc"] <= 1, metrics
