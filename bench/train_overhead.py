@@ -148,8 +148,10 @@ def with_steps(attrs: dict, steps: int | None, seed: int) -> dict:
 
 
 def target(rule: str, name: str, attrs: Mapping[str, object]) -> str:
-    """A target's declaration in a BUILD file (Python's repr of JSON values is Starlark)."""
-    fields = "".join(f"    {field} = {value!r},\n" for field, value in attrs.items())
+    """A target's declaration in a BUILD file (Python's repr of JSON values is Starlark).
+    Attributes that are None are left out, as a recipe `marinbuild query` prints shows an
+    attribute left unset (some, `init_step`, refuse an explicit None)."""
+    fields = "".join(f"    {field} = {value!r},\n" for field, value in attrs.items() if value is not None)
     return f"{rule}(\n    name = {name!r},\n{fields})\n"
 
 
@@ -193,6 +195,8 @@ def run_benchmark(options: argparse.Namespace, root: Path) -> None:
         for run in runs:
             label = f"{PKG}:{run}"
             rule, attrs = recipe(ws, label)  # effective, as the step gets them
+            if attrs != declared[run][1]:
+                raise benchlib.BenchError(f"{label} is not the recipe of {RUNS[run]}: {attrs} != {declared[run][1]}")
             for way in ("marinbuild", "direct") if seed % 2 == 0 else ("direct", "marinbuild"):
                 if way == "marinbuild":
                     seconds, device, rate = _through_marinbuild(ws, label, marinbuild_env)
