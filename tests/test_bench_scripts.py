@@ -199,12 +199,12 @@ def test_the_training_benchmark_runs_the_examples_dense_moe_and_lora_runs_both_w
 
 
 def test_the_hf_export_benchmark_trains_with_and_without_the_export_and_times_export_hf_both_ways(tmp_path) -> None:
-    data = _run("hf_export.py", tmp_path, "--steps", "4", "--repeats", "2", timeout=1200)
+    data = _run("hf_export.py", tmp_path, "--steps", "4", "--repeats", "1", timeout=1200)
     assert all(_positive(value) for value in data["ratio_with_export"].values()), data
     assert _positive(data["export_to_checkpoint_bytes"]) and _positive(data["export_hf_ratio"]), data
     assert data["runs"]["without export"][0]["export_bytes"] == 0 < data["runs"]["with export"][0]["export_bytes"]
-    # The kept state at step 1 and the last step, each exported through marinbuild and directly.
-    assert [len(seconds) for seconds in data["export_hf_s"].values()] == [2, 2], data["export_hf_s"]
+    # The last step exported through marinbuild and directly.
+    assert [len(seconds) for seconds in data["export_hf_s"].values()] == [1, 1], data["export_hf_s"]
 
 
 def test_the_compilation_cache_benchmark_trains_without_with_a_cold_and_a_warm_cache(tmp_path) -> None:
