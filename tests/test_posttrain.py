@@ -170,7 +170,7 @@ def test_all_builds_reruns_nothing_then_compares_the_models_and_an_edit_reruns_o
     every question, and a second run reruns nothing; the section's `marinbuild compare`
     shows the three models with their scores; each row of the section's table of edits
     reruns what it says, asked with a dry run."""
-    ws = _workspace(tmp_path / "ws")
+    ws = _workspace(tmp_path)
     rc, out, err = run_cli(ws, *BUILD_ALL, timeout=BUILD_TIMEOUT_S)
     assert rc == 0, f"exit {rc}\nstdout:\n{out}\nstderr:\n{err}"
     count = len(FROM_TUTORIAL) + len(OWN)
