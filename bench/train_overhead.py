@@ -17,11 +17,11 @@ built once, untimed. Then, per repetition and run, it times `marinbuild build //
 publishing the outputs; for `sft`, merging the adapters too) and a plain Python process that
 builds the same Levanter config with the rule's own code and calls the same Levanter entry
 point (`benchlib.levanter_directly`: `train_lm.main`, `lora_lm.main`), the order
-alternating from one repetition to the next. Each repetition uses a new seed, the same
-both ways, so marinbuild never finds the run in its cache; each way keeps a JAX
-compilation cache of its own for the whole benchmark (marinbuild's `.marinbuild/jax-cache`,
-a directory of the direct runs'), so that both compile in the first repetition and load
-their programs in the next. The ratio of the medians, per run, is marinbuild's cost on top
+alternating from one repetition to the next. Each repetition uses a new seed (from 1: the
+base has the examples' 0), the same both ways, so marinbuild never finds the run in its
+cache; each way keeps a JAX compilation cache of its own for the whole benchmark
+(marinbuild's `.marinbuild/jax-cache`, a directory of the direct runs'), so that both
+compile in the first repetition and load their programs in the next. The ratio of the medians, per run, is marinbuild's cost on top
 of Levanter's (target: at most 1.02). It also prints the devices JAX trained on and the
 training's throughput both ways (tokens/s, the median over the steps after the first,
 which compiles), and their ratio.
@@ -189,7 +189,8 @@ def run_benchmark(options: argparse.Namespace, root: Path) -> None:
     times: dict[str, dict[str, list[float]]] = {run: {"marinbuild": [], "direct": []} for run in runs}
     rates: dict[str, dict[str, list[float]]] = {run: {"marinbuild": [], "direct": []} for run in runs}
     devices = set()
-    for seed in range(options.repeats):
+    for repeat in range(options.repeats):
+        seed = 1 + repeat  # never the examples' seed 0: the fine-tuning's base has it
         declared = {run: _declared(rule, attrs, options.steps, seed) for run, (rule, attrs) in recipes.items()}
         write_bench(ws, base + "".join(target(rule, run, attrs) for run, (rule, attrs) in declared.items()))
         for run in runs:
@@ -197,7 +198,7 @@ def run_benchmark(options: argparse.Namespace, root: Path) -> None:
             rule, attrs = recipe(ws, label)  # effective, as the step gets them
             if attrs != declared[run][1]:
                 raise benchlib.BenchError(f"{label} is not the recipe of {RUNS[run]}: {attrs} != {declared[run][1]}")
-            for way in ("marinbuild", "direct") if seed % 2 == 0 else ("direct", "marinbuild"):
+            for way in ("marinbuild", "direct") if repeat % 2 == 0 else ("direct", "marinbuild"):
                 if way == "marinbuild":
                     seconds, device, rate = _through_marinbuild(ws, label, marinbuild_env)
                 else:
