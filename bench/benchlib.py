@@ -198,6 +198,85 @@ def check_counts(report: dict, targets: int, *, built: int) -> None:
         raise BenchError(f"marinbuild counts {actual}, expected {expected}")
 
 
+# --- Levanter called directly -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DirectRun:
+    """One run of a rule's Levanter entry point in a plain process (`levanter_directly`):
+    its wall and CPU seconds, where it wrote its checkpoints or export (`scratch`), and what
+    it reported (a training's devices and tokens/s)."""
+
+    seconds: float
+    cpu_s: float
+    scratch: Path
+    report: dict
+
+
+def levanter_directly(
+    rule: str,
+    attrs: Mapping[str, object],
+    inputs: Mapping[str, str],
+    run_dir: Path,
+    *,
+    overrides: Mapping[str, object] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> DirectRun:
+    """The baseline of the benchmarks of steps that run Levanter: a plain Python process
+    that builds the step's Levanter config with the rule's own code (rules/levanter_lm.py,
+    rules/levanter_sft.py) and calls Levanter's entry point on it — `train_lm` (a Llama or
+    a Mixtral), `lora_lm` or `train_lm` from the base's weights (`sft_lm`),
+    `export_lm_to_hf` (`export_hf`) — and nothing of marinbuild's: no CLI, loading, keys,
+    worker process, hashing or publishing.
+
+    `attrs` are the target's effective attributes (`marinbuild query --output json`),
+    `inputs` the output directory of each label they name; `overrides` replaces fields of
+    the entry point's config (`hf_save_path`). The run writes into `run_dir` (new): its
+    checkpoints or export under `scratch/`, its working files in `tmp/`, where it runs."""
+    scratch, tmp = run_dir / "scratch", run_dir / "tmp"
+    scratch.mkdir(parents=True)
+    tmp.mkdir()
+    arguments = [json.dumps(value) for value in (attrs, inputs, overrides or {})]
+    run = run_timed([sys.executable, __file__, rule, *arguments, str(scratch)], cwd=tmp, extra_env=extra_env)
+    return DirectRun(run.seconds, run.cpu_s, scratch, json.loads(run.stdout.strip().splitlines()[-1]))
+
+
+def _run_levanter(
+    rule: str, attrs: dict, inputs: dict[str, str], overrides: dict[str, object], scratch: Path, tmp: Path
+) -> dict:
+    """The process `levanter_directly` starts: the rule's config, Levanter's entry point on
+    it, and what it trained on. Imports Levanter, so it runs only there."""
+    import dataclasses
+
+    import jax
+
+    from rules import levanter_lm  # first: it keeps Hugging Face and wandb offline
+
+    if rule == "export_hf":
+        levanter_lm.export(inputs[attrs["model"]], scratch / "hf", tmp)
+        return {}
+    if rule == "train_lm":
+        data = attrs["data"] if isinstance(attrs["data"], dict) else [attrs["data"]]
+        sets, tokenizer = levanter_lm.tokenized_sets({label: inputs[label] for label in data}, tmp)
+        config = dataclasses.replace(levanter_lm.train_config(attrs, sets, tokenizer, scratch, tmp), **overrides)
+        levanter_lm.launch_train_lm(config)
+    elif rule == "sft_lm":
+        from rules import levanter_sft
+
+        chats = {attrs["data"]: inputs[attrs["data"]]}
+        prepared = levanter_sft.fine_tuning(attrs, inputs[attrs["model"]], chats, scratch, tmp)
+        config = prepared.config
+        prepared.launch()
+    else:
+        raise BenchError(f"no direct run of {rule}")
+    timing = levanter_lm.read_metrics(Path(config.trainer.log_dir) / levanter_lm.TIMING_FILE)
+    rates = [row["throughput/tokens_per_second"] for row in timing if row.get("throughput/tokens_per_second")][1:]
+    return {
+        "devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+        "tokens_per_s": statistics.median(rates) if rates else None,
+    }
+
+
 # --- DVC --------------------------------------------------------------------
 
 
@@ -310,3 +389,8 @@ def _cell(value: object) -> str:
 def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
     log(f"wrote {path}")
+
+
+if __name__ == "__main__":  # the process of `levanter_directly`
+    rule, attrs, inputs, overrides = sys.argv[1], *(json.loads(argument) for argument in sys.argv[2:5])
+    print(json.dumps(_run_levanter(rule, attrs, inputs, overrides, Path(sys.argv[5]), Path.cwd())))

@@ -1,9 +1,10 @@
 """Time to first step with JAX's persistent compilation cache: a sweep's second run.
 
 Builds the tutorial's data (corpus, tokenizer, token caches) once, untimed, in a fresh
-workspace. Then, for each repetition, it trains the tutorial's model three times with
-`marinbuild build //exp:model`, each with a learning rate of its own (so marinbuild
-never finds the run in its cache) and the same shapes:
+workspace holding a copy of the tutorial (bench/train_overhead.py's). Then, for each
+repetition, it trains the tutorial's model (its recipe, //experiments/tutorial:model)
+three times with `marinbuild build //bench:model`, each with a learning rate of its own
+(so marinbuild never finds the run in its cache) and the same shapes:
 
 - no cache: JAX_COMPILATION_CACHE_DIR set empty, which turns JAX's cache off: every
   program is compiled, as before marinbuild kept a cache (the baseline; first in even
@@ -35,15 +36,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import benchlib
-from train_overhead import DATA, attrs, model_target, tutorial_workspace
-from train_overhead import parse_args as training_options
+from train_overhead import PKG, RUNS, examples_workspace, recipe, target, training_parser, with_steps, write_bench
 
 VARIANTS = ("no cache", "cold cache", "warm cache")
 CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return training_options(argv, __doc__)
+    return training_parser(__doc__).parse_args(argv)
 
 
 def marinbuild(ws: Path, env: dict[str, str], *args: str) -> dict:
@@ -61,13 +61,13 @@ def marinbuild(ws: Path, env: dict[str, str], *args: str) -> dict:
 
 def train(ws: Path, env: dict[str, str], values: dict) -> dict[str, float]:
     """Train one model; its time and CPU time to first step, and the command's wall time."""
-    (ws / "exp" / "BUILD.marin").write_text(DATA + model_target(values))
+    write_bench(ws, target("train_lm", "model", values))
     started = time.perf_counter()
-    built = marinbuild(ws, env, "build", "--json", "//exp:model")
+    built = marinbuild(ws, env, "build", "--json", f"{PKG}:model")
     wall = time.perf_counter() - started
     if built["targets"][-1]["status"] != "built":
         raise benchlib.BenchError(f"the model was not trained: {built['targets'][-1]}")
-    measured = marinbuild(ws, env, "show", "--json", "//exp:model")["measured"]
+    measured = marinbuild(ws, env, "show", "--json", f"{PKG}:model")["measured"]
     return {
         "first_step_s": measured["time_to_first_step_s"],
         "first_step_cpu_s": measured["cpu_to_first_step_s"],
@@ -82,11 +82,12 @@ def main() -> None:
 
 
 def run_benchmark(options: argparse.Namespace, root: Path) -> None:
-    ws = tutorial_workspace(root)
+    ws = examples_workspace(root)
     default_env = {name: value for name, value in os.environ.items() if name != CACHE_ENV}
     no_cache_env = {**default_env, CACHE_ENV: ""}  # empty: JAX keeps no cache
+    _rule, tutorial = recipe(ws, RUNS["dense"])
     benchlib.log("building the data (untimed)")
-    marinbuild(ws, default_env, "build", "--json", "//exp:tokens")
+    marinbuild(ws, default_env, "build", "--json", tutorial["data"])
 
     cache = ws / ".marinbuild" / "jax-cache"
     figures: dict[str, dict[str, list[float]]] = {
@@ -99,7 +100,7 @@ def run_benchmark(options: argparse.Namespace, root: Path) -> None:
         order = VARIANTS if repeat % 2 == 0 else (*VARIANTS[1:], VARIANTS[0])
         for variant in order:
             index = VARIANTS.index(variant)
-            values = attrs(options.steps, seed=0)
+            values = with_steps(tutorial, options.steps, seed=0)
             # Another learning rate each time: another key, the same shapes.
             values["optimizer"] = {**values["optimizer"], "learning_rate": 1e-3 * (1 + repeat * len(VARIANTS) + index)}
             if variant == "cold cache":

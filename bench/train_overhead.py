@@ -1,153 +1,171 @@
-"""Training overhead: the same Levanter run through `marinbuild` and called directly, on
+"""Training overhead: the same Levanter runs through `marinbuild` and called directly, on
 whatever accelerator JAX finds (CPU here; run it on a GPU or TPU host as it is).
 
-Builds the tutorial's data (corpus, tokenizer, token caches) once, untimed, in a fresh
-workspace. Then, alternating, it times `marinbuild build :model` (the whole command:
-start-up, loading, keys, the step's worker process, hashing and publishing the outputs)
-and a plain Python process that builds the identical `TrainLmConfig` and calls
-`levanter.main.train_lm.main` (start-up, imports, training). Each repetition uses a new
-seed, the same in both, so marinbuild never finds the run in its cache. The ratio of
-the medians is marinbuild's cost on top of Levanter's (target: at most 1.05). It also
-prints the devices JAX trained on and the training's throughput both ways (tokens/s, the
-median over the steps after the first, which compiles), and their ratio.
+The runs are the examples' own recipes, read (`marinbuild query --output json`) from
+copies of experiments/tutorial and experiments/posttrain in a fresh workspace:
 
-Usage: ``python bench/train_overhead.py [--steps N] [--repeats R] [--workdir DIR] [--json-out FILE]``.
+- `dense`: the tutorial's nano Llama (`train_lm`, //experiments/tutorial:model);
+- `moe`: the mixture of experts of the same size beside it (`train_lm` of a Mixtral,
+  //experiments/posttrain:moe);
+- `sft`: LoRA fine-tuning of the tutorial's model, exported in Hugging Face format, on the
+  chat set (`sft_lm`, //experiments/posttrain:chat).
+
+Their data (the tutorial's token caches, the chat set) and the base the fine-tuning starts
+from (the tutorial's recipe, trained for the same steps and exported by `export_hf`) are
+built once, untimed. Then, per repetition and run, it times `marinbuild build //bench:RUN`
+(the whole command: start-up, loading, keys, the step's worker process, hashing and
+publishing the outputs; for `sft`, merging the adapters too) and a plain Python process that
+builds the same Levanter config with the rule's own code and calls the same Levanter entry
+point (`benchlib.levanter_directly`: `train_lm.main`, `lora_lm.main`), the order
+alternating from one repetition to the next. Each repetition uses a new seed (from 1: the
+base has the examples' 0), the same both ways, so marinbuild never finds the run in its
+cache; each way keeps a JAX compilation cache of its own for the whole benchmark
+(marinbuild's `.marinbuild/jax-cache`, a directory of the direct runs'), so that both
+compile in the first repetition and load their programs in the next. The ratio of the medians, per run, is marinbuild's cost on top
+of Levanter's (target: at most 1.02). It also prints the devices JAX trained on and the
+training's throughput both ways (tokens/s, the median over the steps after the first,
+which compiles), and their ratio.
+
+Usage: ``python bench/train_overhead.py [--runs dense,moe,sft] [--steps N] [--repeats R] [--workdir DIR]
+[--json-out FILE]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import benchlib
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.hf_checkpoints"]\n'
-# The tutorial's data and model (experiments/tutorial/BUILD.marin); the training length
-# is a parameter.
-DATA = """
-load("//rules:lm.star", "llama_nano")
-python_corpus(name = "corpus", sample_count = 2000, validation_fraction = 0.02)
-bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 2048)
-tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
-"""
-OPTIMIZER = {"learning_rate": 3e-3, "weight_decay": 0.1, "warmup": 0.05}
-
-# Run by the direct measurement in its own process: build the rule's Levanter config and
-# call Levanter, nothing else.
-DIRECT = """
-import json, sys
-from pathlib import Path
-from rules import levanter_lm  # first: it keeps Hugging Face and wandb offline
-from levanter.main import train_lm
-attrs, tokens, scratch, tmp = json.loads(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
-sets, tokenizer = levanter_lm.tokenized_sets({attrs["data"]: str(tokens)}, tmp)
-config = levanter_lm.train_config(attrs, sets, tokenizer, scratch, tmp)
-train_lm.main(config)
-import jax, statistics
-rows = levanter_lm.read_metrics(Path(config.trainer.log_dir) / levanter_lm.TIMING_FILE)
-rates = [row["throughput/tokens_per_second"] for row in rows if row.get("throughput/tokens_per_second")][1:]
-print(json.dumps({"devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
-                  "tokens_per_s": statistics.median(rates) if rates else None}))
-"""
+EXAMPLES = ("experiments/tutorial/BUILD.marin", "experiments/posttrain/BUILD.marin")
+PKG = "//bench"
+# Each run timed: the example's target whose recipe it has.
+RUNS = {
+    "dense": "//experiments/tutorial:model",
+    "moe": "//experiments/posttrain:moe",
+    "sft": "//experiments/posttrain:chat",
+}
+# The fine-tuning's base: the tutorial's model trained for the benchmark's steps, exported.
+BASE, BASE_HF = "base", "base_hf"
+EXAMPLE_BASE_HF = "//experiments/posttrain:dense_hf"
+# The attributes of every target that say where or how it runs, never what: not in a recipe.
+WHERE_AND_HOW = ("name", "tags", "description", "resources", "timeout")
+DIRECT_CACHE = "direct-jax-cache"
+CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
-def parse_args(argv: Sequence[str] | None = None, doc: str = __doc__) -> argparse.Namespace:
-    """The options of this benchmark, and of bench/compile_cache.py (which trains the same
-    run the same number of times), described by `doc`'s first paragraph."""
+def training_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of the benchmarks that train the examples' models (this one,
+    bench/compile_cache.py, bench/hf_export.py), described by `doc`'s first paragraph."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=120, help="training steps (default: %(default)s, the tutorial's)")
+    parser.add_argument("--steps", type=int, help="training steps of every run (default: each example's own)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each (default: %(default)s)")
     parser.add_argument("--workdir", type=Path, help="work in this new or empty dir and keep it")
     parser.add_argument("--json-out", type=Path, help="also write the results here")
-    return parser.parse_args(argv)
+    return parser
 
 
-def attrs(steps: int, seed: int) -> dict:
-    return {
-        "data": "//exp:tokens",
-        "model": {
-            "hidden_dim": 64,
-            "intermediate_dim": 256,
-            "num_layers": 2,
-            "num_heads": 4,
-            "num_kv_heads": 4,
-            "seq_len": 128,
-        },
-        "optimizer": OPTIMIZER,
-        "trainer": {"steps": steps, "batch_size": 32, "eval_interval": steps // 2, "checkpoint_interval": steps // 4},
-        "seed": seed,
-    }
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = training_parser(__doc__)
+    parser.add_argument("--runs", default=",".join(RUNS), help="the runs to time (default: %(default)s)")
+    options = parser.parse_args(argv)
+    unknown = sorted(set(options.runs.split(",")) - set(RUNS))
+    if unknown:
+        parser.error(f"--runs: no run {', '.join(unknown)} (the runs: {', '.join(RUNS)})")
+    return options
 
 
-def model_target(values: dict) -> str:
-    return f"""
-train_lm(
-    name = "model",
-    data = ":tokens",
-    model = {json.dumps(values["model"])},
-    optimizer = {json.dumps(values["optimizer"])},
-    trainer = {json.dumps(values["trainer"])},
-    seed = {values["seed"]},
-)
-"""
-
-
-def marinbuild(ws: Path, *args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "--json", *args],
-        cwd=ws,
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        raise benchlib.BenchError(f"marinbuild failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS :]}")
-    return json.loads(done.stdout)
-
-
-def direct(command: list[str], cwd: Path) -> dict:
-    """The direct run's devices and throughput (the last line it prints)."""
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise benchlib.BenchError(f"the direct run failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS :]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def measured(ws: Path) -> dict:
-    """What the attempt that built //exp:model measured (its devices and throughput)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "show", "--json", "//exp:model"],
-        cwd=ws,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(done.stdout)["measured"]
-
-
-def tutorial_workspace(root: Path) -> Path:
-    """A workspace under `root` with //rules:lm.star and the tutorial's data in //exp."""
+def examples_workspace(root: Path) -> Path:
+    """A workspace under `root` with the repository's rule modules, //rules:lm.star, copies
+    of the examples whose recipes and data the benchmarks use, and an empty //bench."""
     ws = root / "ws"
+    rules = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["marinbuild"]["rules"]
     (ws / "rules").mkdir(parents=True)
-    (ws / "rules" / "BUILD.marin").write_text("")
+    (ws / "marinbuild.toml").write_text(f"rules = {json.dumps(rules)}\n")
     shutil.copy(REPO / "rules" / "lm.star", ws / "rules" / "lm.star")
-    (ws / "exp").mkdir()
-    (ws / "marinbuild.toml").write_text(CONFIG)
-    (ws / "exp" / "BUILD.marin").write_text(DATA)
+    for example in EXAMPLES:
+        (ws / example).parent.mkdir(parents=True)
+        shutil.copy(REPO / example, ws / example)
+    write_bench(ws, "")
     return ws
 
 
-def timed(run) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
+def write_bench(ws: Path, targets: str) -> None:
+    (ws / "bench").mkdir(exist_ok=True)
+    (ws / "bench" / "BUILD.marin").write_text(targets)
+
+
+def marinbuild(ws: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """What `marinbuild --workspace WS ARGS` prints."""
+    done = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), *args],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        env=None if env is None else dict(env),
+    )
+    if done.returncode != 0:
+        raise benchlib.BenchError(f"marinbuild {' '.join(args)} failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS :]}")
+    return done.stdout
+
+
+def build(ws: Path, *labels: str, env: Mapping[str, str] | None = None) -> dict[str, Path]:
+    """Build `labels`; the output directory of each target built or found."""
+    built = json.loads(marinbuild(ws, "build", "--json", *labels, env=env))
+    return {item["label"]: Path(item["output"]) for item in built["targets"]}
+
+
+def recipe(ws: Path, label: str) -> tuple[str, dict]:
+    """The rule of `label` and its effective attributes (defaults filled in, labels
+    absolute), but those that say where or how it runs."""
+    found = json.loads(marinbuild(ws, "query", label, "--output", "json"))
+    assert len(found) == 1, found
+    attrs = {name: value for name, value in found[0]["attributes"].items() if name not in WHERE_AND_HOW}
+    return found[0]["kind"].removesuffix(" rule"), attrs
+
+
+def with_steps(attrs: dict, steps: int | None, seed: int) -> dict:
+    """A training's attributes with another seed and, given `steps`, that many steps (its
+    evaluation and checkpoint intervals at most that)."""
+    trainer = dict(attrs["trainer"])
+    if steps is not None:
+        trainer = {
+            **trainer,
+            "steps": steps,
+            **{name: min(trainer[name], steps) for name in ("eval_interval", "checkpoint_interval") if trainer[name]},
+        }
+    return {**attrs, "trainer": trainer, "seed": seed}
+
+
+def target(rule: str, name: str, attrs: Mapping[str, object]) -> str:
+    """A target's declaration in a BUILD file (Python's repr of JSON values is Starlark).
+    Attributes that are None are left out, as a recipe `marinbuild query` prints shows an
+    attribute left unset (some, `init_step`, refuse an explicit None)."""
+    fields = "".join(f"    {field} = {value!r},\n" for field, value in attrs.items() if value is not None)
+    return f"{rule}(\n    name = {name!r},\n{fields})\n"
+
+
+def base_targets(ws: Path, steps: int | None) -> str:
+    """The fine-tuning's base: the tutorial's recipe for `steps`, and its export."""
+    _rule, dense = recipe(ws, RUNS["dense"])
+    return target("train_lm", BASE, with_steps(dense, steps, dense["seed"])) + target(
+        "export_hf", BASE_HF, {"model": f"{PKG}:{BASE}"}
+    )
+
+
+def measured(ws: Path, label: str) -> dict:
+    """What the attempt that built `label` measured (its devices and throughput)."""
+    return json.loads(marinbuild(ws, "show", "--json", label))["measured"]
 
 
 def main() -> None:
@@ -157,57 +175,120 @@ def main() -> None:
 
 
 def run_benchmark(options: argparse.Namespace, root: Path) -> None:
-    ws = tutorial_workspace(root)
-    benchlib.log("building the data (untimed)")
-    tokens = Path(marinbuild(ws, "//exp:tokens")["targets"][-1]["output"])
+    ws = examples_workspace(root)
+    runs = options.runs.split(",")
+    recipes = {run: recipe(ws, RUNS[run]) for run in runs}
+    base = base_targets(ws, options.steps)
+    write_bench(ws, base)
+    benchlib.log("building the data and the fine-tuning's base (untimed)")
+    data = {label for _rule, attrs in recipes.values() for label in _inputs(attrs)} - {EXAMPLE_BASE_HF}
+    inputs = {str(label): str(path) for label, path in build(ws, *sorted(data), f"{PKG}:{BASE_HF}").items()}
+    marinbuild_env = {name: value for name, value in os.environ.items() if name != CACHE_ENV}
+    direct_env = {CACHE_ENV: str(root / DIRECT_CACHE)}
 
-    times: dict[str, list[float]] = {"marinbuild": [], "direct": []}
-    rates: dict[str, list[float]] = {"marinbuild": [], "direct": []}
+    times: dict[str, dict[str, list[float]]] = {run: {"marinbuild": [], "direct": []} for run in runs}
+    rates: dict[str, dict[str, list[float]]] = {run: {"marinbuild": [], "direct": []} for run in runs}
     devices = set()
-    for seed in range(options.repeats):
-        values = attrs(options.steps, seed)
-        (ws / "exp" / "BUILD.marin").write_text(DATA + model_target(values))
-        times["marinbuild"].append(timed(lambda: marinbuild(ws, "//exp:model")))
-        through_marinbuild = measured(ws)
-        devices.add(through_marinbuild["devices"])
-        rates["marinbuild"].append(through_marinbuild["tokens_per_s"])
-        run_dir = root / f"direct-{seed}"
-        for part in ("scratch", "tmp"):
-            (run_dir / part).mkdir(parents=True)
-        command = [
-            sys.executable,
-            "-c",
-            DIRECT,
-            json.dumps(values),
-            str(tokens),
-            str(run_dir / "scratch"),
-            str(run_dir / "tmp"),
-        ]
-        started = time.perf_counter()
-        directly = direct(command, run_dir / "tmp")
-        times["direct"].append(time.perf_counter() - started)
-        devices.add(directly["devices"])
-        rates["direct"].append(directly["tokens_per_s"])
-        benchlib.log(f"seed {seed}: marinbuild {times['marinbuild'][-1]:.1f} s, direct {times['direct'][-1]:.1f} s")
+    for repeat in range(options.repeats):
+        seed = 1 + repeat  # never the examples' seed 0: the fine-tuning's base has it
+        declared = {run: _declared(rule, attrs, options.steps, seed) for run, (rule, attrs) in recipes.items()}
+        write_bench(ws, base + "".join(target(rule, run, attrs) for run, (rule, attrs) in declared.items()))
+        for run in runs:
+            label = f"{PKG}:{run}"
+            rule, attrs = recipe(ws, label)  # effective, as the step gets them
+            if attrs != declared[run][1]:
+                raise benchlib.BenchError(f"{label} is not the recipe of {RUNS[run]}: {attrs} != {declared[run][1]}")
+            for way in ("marinbuild", "direct") if repeat % 2 == 0 else ("direct", "marinbuild"):
+                if way == "marinbuild":
+                    seconds, device, rate = _through_marinbuild(ws, label, marinbuild_env)
+                else:
+                    seconds, device, rate = _directly(rule, attrs, inputs, root / f"direct-{run}-{seed}", direct_env)
+                times[run][way].append(seconds)
+                rates[run][way].append(rate)
+                devices.add(device)
+            benchlib.log(
+                f"{run}, seed {seed}: marinbuild {times[run]['marinbuild'][-1]:.1f} s, "
+                f"direct {times[run]['direct'][-1]:.1f} s"
+            )
+    report(options, runs, times, rates, devices)
 
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    rate_medians = {name: statistics.median(values) for name, values in rates.items()}
+
+def _through_marinbuild(ws: Path, label: str, env: Mapping[str, str]) -> tuple[float, str, float]:
+    """`marinbuild build LABEL` as a whole command: its seconds, and the devices and
+    tokens/s its step's attempt measured."""
+    started = time.perf_counter()
+    build(ws, label, env=env)
+    seconds = time.perf_counter() - started
+    shown = measured(ws, label)
+    return seconds, shown["devices"], shown["tokens_per_s"]
+
+
+def _directly(
+    rule: str, attrs: dict, inputs: Mapping[str, str], run_dir: Path, env: dict[str, str]
+) -> tuple[float, str, float]:
+    """The same run, Levanter's entry point called directly: its seconds, devices, tokens/s."""
+    done = benchlib.levanter_directly(rule, attrs, inputs, run_dir, extra_env=env)
+    shutil.rmtree(run_dir)  # its checkpoints: a few MB a run
+    return done.seconds, done.report["devices"], done.report["tokens_per_s"]
+
+
+def _inputs(attrs: Mapping[str, object]) -> list[str]:
+    """The labels a training reads: its data (one target or a mixture), and its base."""
+    data = attrs["data"]
+    labels = list(data) if isinstance(data, dict) else [data]
+    return [*labels, *([attrs["model"]] if isinstance(attrs.get("model"), str) else [])]
+
+
+def _declared(rule: str, attrs: dict, steps: int | None, seed: int) -> tuple[str, dict]:
+    """A run of the benchmark: the example's recipe for `steps` with `seed`, a fine-tuning
+    from the benchmark's base."""
+    declared = with_steps(attrs, steps, seed)
+    if rule == "sft_lm":
+        declared["model"] = f"{PKG}:{BASE_HF}"
+    return rule, declared
+
+
+def report(
+    options: argparse.Namespace,
+    runs: Sequence[str],
+    times: Mapping[str, Mapping[str, list[float]]],
+    rates: Mapping[str, Mapping[str, list[float]]],
+    devices: set[str],
+) -> None:
+    medians = {run: {way: statistics.median(values) for way, values in times[run].items()} for run in runs}
+    rate_medians = {run: {way: statistics.median(values) for way, values in rates[run].items()} for run in runs}
     result = {
         "steps": options.steps,
         "repeats": options.repeats,
         "devices": sorted(devices),
-        "seconds": times,
-        "median_s": medians,
-        "ratio": medians["marinbuild"] / medians["direct"],
-        "tokens_per_s": rates,
-        "tokens_per_s_ratio": rate_medians["marinbuild"] / rate_medians["direct"],
+        "runs": {
+            run: {
+                "recipe": RUNS[run],
+                "seconds": times[run],
+                "median_s": medians[run],
+                "ratio": medians[run]["marinbuild"] / medians[run]["direct"],
+                "tokens_per_s": rates[run],
+                "tokens_per_s_ratio": rate_medians[run]["marinbuild"] / rate_medians[run]["direct"],
+            }
+            for run in runs
+        },
     }
     print(f"devices: {', '.join(sorted(devices))}")
-    print(f"| run | median of {options.repeats} | runs | tokens/s (median) |\n| --- | --- | --- | --- |")
-    for name in times:
-        runs = ", ".join(f"{t:.2f}" for t in times[name])
-        print(f"| {name} | {medians[name]:.2f} s | {runs} | {rate_medians[name]:,.0f} |")
-    print(f"\nmarinbuild / direct: {result['ratio']:.3f} (wall time), {result['tokens_per_s_ratio']:.3f} (tokens/s)")
+    print(
+        f"| run | marinbuild, median of {options.repeats} | runs | direct, median | runs | marinbuild / direct "
+        "| tokens/s, marinbuild / direct |\n| --- | --- | --- | --- | --- | --- | --- |"
+    )
+    for run in runs:
+        cells = [
+            f"{medians[run][way]:.2f} s | {', '.join(f'{t:.2f}' for t in times[run][way])}"
+            for way in ("marinbuild", "direct")
+        ]
+        figures = result["runs"][run]
+        print(
+            f"| {run} ({RUNS[run]}) | {' | '.join(cells)} | {figures['ratio']:.3f} | "
+            f"{rate_medians[run]['marinbuild']:,.0f} / {rate_medians[run]['direct']:,.0f} "
+            f"({figures['tokens_per_s_ratio']:.3f}) |"
+        )
     if options.json_out:
         benchlib.write_json(options.json_out, result)
 

@@ -20,6 +20,7 @@ This module imports jax and Levanter: only a running step imports it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable, Iterator, Mapping
@@ -91,21 +92,29 @@ _FROM_HF_CONFIG = (
 )
 
 
-def fine_tune(
-    attrs: Mapping[str, Any],
-    model: str,
-    data: Mapping[str, str],
-    out: Path,
-    scratch: Path,
-    tmp: Path,
-    run: RunInfo,
-    started: float,
-) -> Trained:
-    """Fine-tune (or resume) into `scratch`, then write the outputs of `sft_lm` into `out`.
+@dataclasses.dataclass(frozen=True)
+class FineTuning:
+    """A fine-tuning run ready to start: the config of Levanter's entry point, and `launch`,
+    which runs that entry point on it (what bench/train_overhead.py times against the whole
+    step); what `run_training` records of it (the model's fields, the trainer); the
+    tokenizer it trains with; and, for a LoRA run, `merge`, which turns the adapters its
+    checkpoint holds into the merged model."""
 
-    `model` is where the base lies (a Hugging Face checkpoint, or a train_lm/sft_lm
-    output), `data` maps the chat set's label to where it lies (directories or store URLs).
-    """
+    config: levanter_train_lm.TrainLmConfig | lora_lm.LoraLmConfig
+    launch: Callable[[], None]
+    recorded: dict[str, Any]
+    tokenizer: Path
+    merge: Callable[[Path], None] | None
+
+
+def fine_tuning(
+    attrs: Mapping[str, Any], model: str, data: Mapping[str, str], scratch: Path, tmp: Path, run: RunInfo | None = None
+) -> FineTuning:
+    """The fine-tuning run of an `sft_lm` target, its checkpoints and chat caches in
+    `scratch`: the base in Hugging Face format, its chat tokenizer, the chat caches (every
+    line checked), and Levanter's config. `model` is where the base lies (a Hugging Face
+    checkpoint, or a train_lm/sft_lm output), `data` maps the chat set's label to where it
+    lies (directories or store URLs)."""
     attrs = {**attrs, **{kind: lm_config.resolve(kind, attrs[kind]) for kind in ("optimizer", "trainer")}}
     base = _hf_base(model, tmp)
     tokenizer, template = _chat_tokenizer(base, attrs["chat_template"], scratch / _CHAT_TOKENIZER)
@@ -122,9 +131,7 @@ def fine_tune(
         full = levanter_train_lm.TrainLmConfig(
             data=dataset, model=levanter_model, optimizer=optimizer, trainer=trainer, initialize_from_hf=str(base)
         )
-        return run_training(
-            full, lambda: launch_train_lm(full), recorded, tokenizer, out, scratch, tmp, started, log=run.log
-        )
+        return FineTuning(full, lambda: launch_train_lm(full), recorded, tokenizer, None)
     converter = levanter_model.hf_checkpoint_converter().replaced(reference_checkpoint=str(base))
     adapters = LoraConfig(**lora)
     low_rank = lora_lm.LoraLmConfig(
@@ -135,10 +142,41 @@ def fine_tune(
         optimizer=optimizer,
         max_train_length=fields["seq_len"],
     )
-    trained = run_training(
-        low_rank, lambda: _lora_main(low_rank, converter), recorded, tokenizer, out, scratch, tmp, started, log=run.log
+    return FineTuning(
+        low_rank,
+        lambda: _lora_main(low_rank, converter),
+        recorded,
+        tokenizer,
+        lambda checkpoint: merge_adapters(checkpoint, converter, levanter_model, adapters),
     )
-    merge_adapters(out / "checkpoint", converter, levanter_model, adapters)
+
+
+def fine_tune(
+    attrs: Mapping[str, Any],
+    model: str,
+    data: Mapping[str, str],
+    out: Path,
+    scratch: Path,
+    tmp: Path,
+    run: RunInfo,
+    started: float,
+) -> Trained:
+    """Fine-tune (or resume) into `scratch`, then write the outputs of `sft_lm` into `out`
+    (a LoRA run's checkpoint the merged model)."""
+    prepared = fine_tuning(attrs, model, data, scratch, tmp, run)
+    trained = run_training(
+        prepared.config,
+        prepared.launch,
+        prepared.recorded,
+        prepared.tokenizer,
+        out,
+        scratch,
+        tmp,
+        started,
+        log=run.log,
+    )
+    if prepared.merge is not None:
+        prepared.merge(out / "checkpoint")
     return trained
 
 

@@ -208,6 +208,25 @@ def test_evaluations_of_different_runs_share_their_columns() -> None:
     assert evaluation_prefixes(batches, runs) == {"//p:b8": "eval[b8]", "//p:b32": "eval[b32]"}
 
 
+def test_a_multi_line_or_long_hyperparameter_stays_on_its_row_of_the_table() -> None:
+    """A chat template (several lines, hundreds of characters) differs between two runs: each
+    row is one line, the value shown on it cut short with its newlines as \\n; a run's label,
+    however long, is shown whole."""
+    from marinbuild.cli.records import comparison_lines
+    from marinbuild.provenance.compare import Comparison
+
+    template = "{{ bos_token }}{% for message in messages %}\n{{ message['content'] }}\n" + "x" * 300
+    long_label = "//experiments/a_package_with_a_long_name:a_run_with_a_long_name_too"
+    rows = [
+        {"run": long_label, "key": "a" * 12, "chat_template": template, "eval_loss": 5.0},
+        {"run": "//p:b", "key": "b" * 12, "chat_template": None, "eval_loss": 6.0},
+    ]
+    lines = comparison_lines(Comparison(("run", "key", "chat_template", "eval_loss"), rows))
+    assert len(lines) == 3 and not any("\n" in line for line in lines), lines  # the header, a line per run
+    assert template.replace("\n", "\\n")[:39] + "…  " in lines[1]
+    assert lines[1].split()[0] == long_label
+
+
 def test_loss_curves_as_a_text_plot() -> None:
     from marinbuild.cli.plot import plot_lines
 

@@ -183,8 +183,14 @@ def _input_lines(inputs: dict, indent: str) -> list[str]:
     return lines
 
 
-def _cell(value: Any) -> str:
-    """A table cell: floats to 4 significant digits, ints with separators, booleans as yes/no."""
+# The widest a string cell is shown (a chat template, a regex): `--json` gives the whole of it.
+_CELL_CHARACTERS = 40
+
+
+def _cell(value: Any, cut: bool = True) -> str:
+    """A table cell: floats to 4 significant digits, ints with separators, booleans as yes/no,
+    a string on one line (newlines as \\n), cut to _CELL_CHARACTERS unless `cut` is False
+    (a run's label)."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -193,7 +199,8 @@ def _cell(value: Any) -> str:
         return f"{value:,}"
     if isinstance(value, float):
         return f"{value:,.0f}" if 1e3 <= abs(value) < 1e6 else f"{value:.4g}"
-    return str(value)
+    text = str(value).replace("\n", "\\n")
+    return text if not cut or len(text) <= _CELL_CHARACTERS else text[: _CELL_CHARACTERS - 1] + "…"
 
 
 # Columns of a comparison that describe the run's output rather than measure it.
@@ -213,7 +220,7 @@ def comparison_lines(comparison: Comparison) -> list[str]:
         and len({json.dumps(row.get(name)) for row in rows}) == 1
     }
     columns = [name for name in comparison.columns if name != "best" and name not in constant]
-    cells = [[_cell(row.get(name)) for name in columns] for row in comparison.rows]
+    cells = [[_cell(row.get(name), cut=name not in _RUN_COLUMNS) for name in columns] for row in comparison.rows]
     widths = [max(len(name), *(len(row[index]) for row in cells)) for index, name in enumerate(columns)]
     numeric = [
         all(isinstance(row.get(name), (int, float)) or row.get(name) is None for row in comparison.rows)
