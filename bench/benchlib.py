@@ -211,6 +211,9 @@ class DirectRun:
     cpu_s: float
     scratch: Path
     report: dict
+    # Of `seconds`, those after the entry point returned: the interpreter's teardown (its
+    # threads joined, atexit handlers), which marinbuild's worker skips (actions/worker.py).
+    teardown_s: float
 
 
 def levanter_directly(
@@ -238,7 +241,9 @@ def levanter_directly(
     tmp.mkdir()
     arguments = [json.dumps(value) for value in (attrs, inputs, overrides or {})]
     run = run_timed([sys.executable, __file__, rule, *arguments, str(scratch)], cwd=tmp, extra_env=extra_env)
-    return DirectRun(run.seconds, run.cpu_s, scratch, json.loads(run.stdout.strip().splitlines()[-1]))
+    ended = time.time()
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    return DirectRun(run.seconds, run.cpu_s, scratch, report, max(0.0, ended - report.pop("returned_at")))
 
 
 def _run_levanter(
@@ -393,4 +398,5 @@ def write_json(path: Path, data: dict) -> None:
 
 if __name__ == "__main__":  # the process of `levanter_directly`
     rule, attrs, inputs, overrides = sys.argv[1], *(json.loads(argument) for argument in sys.argv[2:5])
-    print(json.dumps(_run_levanter(rule, attrs, inputs, overrides, Path(sys.argv[5]), Path.cwd())))
+    report = _run_levanter(rule, attrs, inputs, overrides, Path(sys.argv[5]), Path.cwd())
+    print(json.dumps({**report, "returned_at": time.time()}), flush=True)
