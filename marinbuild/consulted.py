@@ -56,8 +56,8 @@ class Consulted:
         text = os.fsdecode(path)  # type: ignore[arg-type]
         if not text.startswith("/"):
             text = os.path.join(os.getcwd(), text)
-        if text.startswith(self.ignored):
-            return
+        if text.startswith(self.ignored) or "/__pycache__/" in text:
+            return  # bytecode is checked against its source by Python itself; the sources are signed
         seen = self.followed if follow else self.links
         if text in seen:
             return  # the first sight counts: a later change shows against it
