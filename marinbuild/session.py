@@ -263,9 +263,12 @@ class Session:
     ) -> NoopCertificate | None:
         """The certificate of this build, if it is one a certificate may answer: a real
         build (not dry, not explained) run here, on a local store without mirrors, its
-        events going nowhere else. Its context is everything besides the files consulted
-        that the build's answer may depend on."""
+        events going nowhere else, by a session that has loaded no package yet (one that
+        has would not consult their files again). Its context is everything besides the
+        files consulted that the build's answer may depend on."""
         if options.dry_run or options.explain or options.executor != "local" or events is not None:
+            return None
+        if "loader" in vars(self):  # a session that planned before (a notebook's): packages in memory
             return None
         if self.workspace.mirrors or os.environ.get(NOOP_CERTIFICATE_ENV) == "0":
             return None
