@@ -92,11 +92,6 @@ def signature_stat(path: str, follow: bool) -> os.stat_result | int | None:
         return error.errno
 
 
-def signature(path: str, follow: bool = True) -> Signature:
-    found = signature_stat(path, follow)
-    return file_signature(found) if isinstance(found, os.stat_result) else found
-
-
 def _recorded_stat(path: object, *args: object, **kwargs: object) -> os.stat_result:
     return _recorded(_stat, True, path, *args, **kwargs)
 
