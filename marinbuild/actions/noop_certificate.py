@@ -34,7 +34,7 @@ from marinbuild.hashing import digest_json
 NOOP_CERTIFICATE_ENV = "MARINBUILD_NOOP_CERTIFICATE"
 # Bumped whenever what a certificate holds changes shape: an older one is then not read.
 _FORMAT = 1
-_KEPT = 8  # certificates per workspace, the newest; another context makes its own
+_KEPT = 4  # certificates per workspace, the newest (10 MB each for 10,000 targets); another context makes its own
 
 
 @dataclass(frozen=True)
