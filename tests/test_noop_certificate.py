@@ -187,3 +187,26 @@ def test_a_build_within_the_racy_window_writes_no_certificate(make_workspace, en
     _, record, _ = build(ws, env)
     assert "noop_certificate" not in record
     assert not list((ws / ".marinbuild/noop").glob("*.pickle"))
+
+
+def test_a_build_with_an_external_artifact_is_never_certified(make_workspace, tmp_path):
+    """An external artifact's pin is checked against what its URL holds now (a bucket's
+    listing, not a file of this machine): no certificate answers for it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.jsonl").write_text('{"text": "alpha"}\n')
+    ws = make_workspace(
+        {
+            "pkg/BUILD.marin": f'external(name = "data", url = "{data}")\n'
+            'genrule(name = "count", srcs = [":data"], outs = ["n.txt"], cmd = "cat $(SRCS) | wc -c > $@")\n'
+        }
+    )
+    env = bytecode_env()
+    run_untraced(ws, "pin", "//pkg:data", env=env)
+    run_untraced(ws, "build", "--json", "//...", env=env)
+    backdate(tmp_path)
+    for _ in range(2):
+        targets, record, _ = build(ws, env)
+        assert targets["//pkg:data"][0] == "pinned" and targets["//pkg:count"][0] == "cached"
+        assert "noop_certificate" not in record
+    assert not list((ws / ".marinbuild/noop").glob("*.pickle"))
