@@ -62,8 +62,16 @@ def digest_file(path: str | Path) -> str:
     return hasher.hexdigest()
 
 
-def _signature(stat: os.stat_result) -> tuple[int, int, int, int]:
+def file_signature(stat: os.stat_result) -> tuple[int, int, int, int]:
+    """What says a file (or directory) is unchanged: its size, mtime, ctime and inode."""
     return (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+
+
+def settled(stat: os.stat_result, seen_ns: int) -> bool:
+    """Whether a signature taken at `seen_ns` can be trusted later: the file was last modified
+    more than the filesystem's timestamp granularity before, so a write right after it was
+    seen would have changed its mtime (Git's "racy clean" rule)."""
+    return stat.st_mtime_ns < seen_ns - _RACY_NS
 
 
 class StatCache:
@@ -78,7 +86,7 @@ class StatCache:
         key = str(path)
         stat = os.stat(key)
         cached = self._memo.get(key)
-        if cached is not None and cached[0] == _signature(stat) and stat.st_mtime_ns < cached[2] - _RACY_NS:
+        if cached is not None and cached[0] == file_signature(stat) and settled(stat, cached[2]):
             return cached[1], stat.st_size
         digest = digest_file(path)
         self.record(path, digest, stat)
@@ -87,7 +95,7 @@ class StatCache:
     def record(self, path: str | Path, digest: str, stat: os.stat_result | None = None) -> None:
         """Remember a digest computed elsewhere (e.g. while publishing outputs)."""
         stat = stat or os.stat(path)
-        self._memo.put(str(path), (_signature(stat), digest, time.time_ns()))
+        self._memo.put(str(path), (file_signature(stat), digest, time.time_ns()))
 
     def listing_unchanged(self, root: str) -> bool:
         """Whether the directories of the tree at `root` hold the entries they held when
@@ -103,13 +111,13 @@ class StatCache:
                 stat = os.stat(f"{root}/{relative}")
             except FileNotFoundError:
                 return False
-            if _signature(stat) != signature or stat.st_mtime_ns >= recorded_ns - _RACY_NS:
+            if file_signature(stat) != signature or not settled(stat, recorded_ns):
                 return False
         return True
 
     def record_listing(self, root: str, directories: list[str]) -> None:
         """Remember the directories (relative to `root`, "" for itself) of a tree just listed."""
-        signatures = tuple((relative, _signature(os.stat(f"{root}/{relative}"))) for relative in directories)
+        signatures = tuple((relative, file_signature(os.stat(f"{root}/{relative}"))) for relative in directories)
         self._memo.put(root + "/", (signatures, time.time_ns()))
 
     def save(self) -> None:

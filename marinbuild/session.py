@@ -13,6 +13,7 @@ import gc
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,15 +26,18 @@ from marinbuild import provenance
 from marinbuild import store as stores
 from marinbuild.actions.accelerators import local_accelerators, missing
 from marinbuild.actions.build_options import BuildOptions, Egress, Hooks
+from marinbuild.actions.build_provenance import Provenance
 from marinbuild.actions.events import EventStream, Tee
 from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
 from marinbuild.actions.keys import checkpoint_key
+from marinbuild.actions.noop_certificate import NOOP_CERTIFICATE_ENV, Certified, NoopCertificate, Warnings
 from marinbuild.actions.pins import Pinned, Pins
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult, pending_json
 from marinbuild.actions.resume import resume_point
 from marinbuild.actions.scheduler import Scheduler
+from marinbuild.consulted import Consulted, code_files, recording
 from marinbuild.errors import AcceleratorMissing, EgressOverBudget, GraphError, StoreError, StoreReadOnly
 from marinbuild.hashing import StatCache
 from marinbuild.labels import matches_patterns, parse_label, parse_pattern
@@ -45,8 +49,11 @@ from marinbuild.provenance.explain import Explanation, explain_miss, explain_tar
 from marinbuild.provenance.log_tail import HolderLogTail
 from marinbuild.store import ActionCache, AttemptStatus, Outputs
 from marinbuild.store.action_cache import ENTRY_FORMAT
+from marinbuild.store.layout import BOOKKEEPING_AREAS
 from marinbuild.store.mirrors import REGION_ENV, BucketRegions, MirrorHit, Mirrors, arrange, budget_line
+from marinbuild.store.records import Records
 from marinbuild.targets.rule import Target, checkpoint_dir, checkpoint_name
+from marinbuild.version import __version__
 
 # What only the read commands use is imported where they run: a build loads none of it.
 if TYPE_CHECKING:
@@ -223,8 +230,20 @@ class Session:
         """Build; the event stream goes to the store with the invocation record, and to `events`.
 
         Run here (not on Ray), a step asking for an accelerator this machine lacks is an
-        error before anything runs, unless `allow_cpu`: JAX would quietly use the CPU."""
-        with _spared_by_the_collector() as planned:
+        error before anything runs, unless `allow_cpu`: JAX would quietly use the CPU.
+
+        A no-op whose certificate holds (actions/noop_certificate.py) is answered from it;
+        a build that could be certified records what it consults, and certifies itself if
+        every target was cached."""
+        certificate = self._noop_certificate(patterns, options, events, allow_cpu)
+        if certificate is not None and (certified := certificate.read()) is not None:
+            return self._serve_certified(certified, list(patterns), reporter)
+        consulted = None if certificate is None else Consulted(ignored=self._bookkeeping())
+        warnings = Warnings()
+        with (
+            _spared_by_the_collector() as planned,
+            contextlib.nullcontext() if consulted is None else recording(consulted),
+        ):
             graph = self.plan(patterns)
             _ = self.cache  # its memo of entries, read now
             planned()
@@ -233,7 +252,80 @@ class Session:
                 return self._annotate_dry_run(graph, self._scheduler(graph, options, reporter), lacking)
             if lacking:
                 self._refuse_lacking(graph, lacking)
-            return self._run_recorded("build", graph, list(patterns), options, reporter, events).result
+            scheduler = self._run_recorded("build", graph, list(patterns), options, Tee(reporter, warnings), events)
+        if certificate is not None and consulted is not None and scheduler.read_only is None:
+            consulted.sign(code_files())
+            certificate.write(consulted, scheduler.result, len(graph.targets), warnings.messages)
+        return scheduler.result
+
+    def _noop_certificate(
+        self, patterns: Sequence[str], options: BuildOptions, events: Path | None, allow_cpu: bool
+    ) -> NoopCertificate | None:
+        """The certificate of this build, if it is one a certificate may answer: a real
+        build (not dry, not explained) run here, on a local store without mirrors, its
+        events going nowhere else, by a session that has loaded no package yet (one that
+        has would not consult their files again). Its context is everything besides the
+        files consulted that the build's answer may depend on."""
+        if options.dry_run or options.explain or options.executor != "local" or events is not None:
+            return None
+        if "loader" in vars(self):  # a session that planned before (a notebook's): packages in memory
+            return None
+        if self.workspace.mirrors or os.environ.get(NOOP_CERTIFICATE_ENV) == "0":
+            return None
+        if stores.parse_store_url(self.store_url).local_directory is None:
+            return None
+        context = {
+            "command": "build",
+            "marinbuild": __version__,
+            "python": sys.version,
+            "executable": sys.executable,
+            "sys_path": sys.path,
+            "patterns": list(patterns),
+            "options": repr(options),
+            "allow_cpu": allow_cpu,
+            "cwd": os.fspath(self.cwd),
+            "workspace": repr(self.workspace),
+            "store": self.store_url,
+            "unsafe_no_locking": self.unsafe_no_locking,
+            "environment": dict(os.environ),
+        }
+        return NoopCertificate(self.workspace.state_dir / "noop", context)
+
+    def _bookkeeping(self) -> tuple[str, ...]:
+        """What every build writes and none decides from: the machine's memos (each a
+        checked shortcut), and the store's records, leases and staging."""
+        store = stores.parse_store_url(self.store_url).local_directory
+        areas = () if store is None else tuple(os.fspath(store / area) for area in BOOKKEEPING_AREAS)
+        return (os.fspath(self.workspace.state_dir), *areas)
+
+    def _serve_certified(self, certified: Certified, patterns: list[str], reporter: Reporter) -> BuildResult:
+        """A no-op answered by its certificate: reported, streamed and recorded as the full
+        path reports, streams and records it; the record says it was certified."""
+        store = stores.open_store(self.store_url, self.workspace.state_dir)  # no memo: nothing is verified here
+        stores.require_leases(store, self.unsafe_no_locking)
+        stream = EventStream()
+        tee = Tee(reporter, stream)
+        record = functools.partial(
+            self._record_invocation,
+            Records(store),
+            "build",
+            patterns,
+            Provenance(self.workspace.root),
+            time.time(),
+            list(certified.results),
+        )
+        record(BuildResult(certified.requested), "running", certified=True)
+        started = time.monotonic()
+        tee.build_started(certified.total)
+        for item in certified.results.values():
+            tee.step_finished(item)
+        for message in certified.warnings:
+            tee.warning(message)
+        result = certified.build_result()
+        result.elapsed_s = time.monotonic() - started
+        tee.build_finished(result)
+        record(result, "succeeded", stream, certified=True)
+        return result
 
     def _annotate_dry_run(self, graph: Graph, scheduler: Scheduler, lacking: dict[str, str]) -> BuildResult:
         """Run `scheduler` dry and add to its reasons what the steps would do besides
@@ -289,8 +381,16 @@ class Session:
         stream = EventStream(events)
         executor = self._executor(options)
         scheduler = self._scheduler(graph, options, Tee(reporter, stream), executor, salt)
-        started = time.time()
-        record = functools.partial(self._record_invocation, command, patterns, scheduler, started)
+        record = functools.partial(
+            self._record_invocation,
+            self.cache.records,
+            command,
+            patterns,
+            scheduler.provenance,
+            time.time(),
+            scheduler.graph.order,
+            scheduler.result,
+        )
         try:
             record("running")
         except StoreReadOnly as refused:
@@ -329,16 +429,20 @@ class Session:
 
     def _record_invocation(
         self,
+        records: Records,
         command: str,
         patterns: Sequence[str],
-        scheduler: Scheduler,
+        provenance: Provenance,
         started: float,
+        order: list[str],
+        result: BuildResult,
         outcome: str,
         stream: EventStream | None = None,
+        certified: bool = False,
     ) -> None:
         """Written when the build starts and again when it ends (provenance/history.py).
-        The provenance is the scheduler's, so git is asked about the workspace once per build."""
-        result, order = scheduler.result, scheduler.graph.order
+        The provenance is the build's, so git is asked about the workspace once per build;
+        `certified`: the results are a no-op certificate's (actions/noop_certificate.py)."""
         if list(result.results) == order:  # every target has its result, in the graph's order
             targets = result.targets_json()
         elif not result.results:  # the build starts
@@ -352,7 +456,7 @@ class Session:
                 ]
             )
         record = {
-            "id": scheduler.provenance.invocation_id,
+            "id": provenance.invocation_id,
             "command": command,
             "patterns": list(patterns),
             "cwd": os.fspath(self.cwd),
@@ -361,9 +465,10 @@ class Session:
             "duration_s": round(time.time() - started, 3),
             "result": outcome,
             "counts": result.counts,
-            **scheduler.provenance.invocation,
+            **provenance.invocation,
+            **({"noop_certificate": True} if certified else {}),
         }
-        self.cache.records.write_invocation(record, None if stream is None else stream.jsonl, targets)
+        records.write_invocation(record, None if stream is None else stream.jsonl, targets)
 
     def step_settings(self, sandbox: bool | None = None) -> StepSettings:
         """How this workspace's steps run (environment, sandbox, default timeout); `sandbox`

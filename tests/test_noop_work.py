@@ -15,7 +15,9 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_audit import Traced, backdate, run_traced, run_untraced
+from helpers_audit import Traced, backdate, bytecode_env, run_traced, run_untraced
+
+from marinbuild.actions.noop_certificate import NOOP_CERTIFICATE_ENV
 
 # A rule module in a package with a helper, a .star macro, a glob, sources and a chain.
 FILES = {
@@ -53,20 +55,22 @@ FILES = {
 }
 CONFIG = 'rules = ["myrules.defs"]\n'
 LABELS = {"//p:hello", "//p:n", "//p:all", "//q:q"}
+# The full check: these tests hold its work (a certified no-op does less: the last test).
+FULL = {**bytecode_env(), NOOP_CERTIFICATE_ENV: "0"}
 
 
 @pytest.fixture
 def cached(make_workspace) -> Path:
     """A workspace built, backdated (every digest then trusted) and built again: cached."""
     ws = make_workspace(FILES, config=CONFIG)
-    run_untraced(ws, "build", "//...")
+    run_untraced(ws, "build", "//...", env=FULL)
     backdate(ws)
-    run_untraced(ws, "build", "//...")
+    run_untraced(ws, "build", "//...", env=FULL)
     return ws
 
 
-def noop(ws: Path) -> Traced:
-    traced = run_traced(ws, "build", "--json", "//...")
+def noop(ws: Path, env: dict[str, str] = FULL) -> Traced:
+    traced = run_traced(ws, "build", "--json", "//...", env=env)
     assert traced.rc == 0, traced.stderr
     assert {item["label"]: item["status"] for item in json.loads(traced.stdout)["targets"]} == dict.fromkeys(
         LABELS, "cached"
@@ -121,3 +125,19 @@ def test_the_invocation_record_lists_what_json_printed(cached):
     order = [item["label"] for item in targets]
     assert sorted(order) == sorted(LABELS)
     assert order.index("//p:hello") < order.index("//p:n") < order.index("//q:q")  # dependencies first
+
+
+def test_a_certified_noop_reads_its_certificate_and_writes_its_records(cached):
+    """Certified (actions/noop_certificate.py), a no-op reads its settings and its
+    certificate only — no memo, no entry, not the store's salt — and writes what the full
+    path writes: its invocation record, twice, and its event stream."""
+    noop(cached, bytecode_env())  # the full path, which certifies the no-op (run as `noop` runs it)
+    traced = noop(cached, bytecode_env())
+    read = in_workspace(cached, traced.paths("read"))
+    certificate = next(path for path in read if path.startswith(".marinbuild/noop/"))
+    assert sorted(path for path in read if "/__pycache__/" not in path) == [certificate, "marinbuild.toml"]
+    renamed = in_workspace(cached, traced.paths("rename"))
+    record = next(path for path in renamed if path.endswith(".json"))
+    assert json.loads((cached / record).read_text())["noop_certificate"] is True
+    assert renamed == [record, record, record.removesuffix(".json") + ".events.jsonl"]
+    assert traced.processes == []

@@ -123,3 +123,8 @@ def quarantine(key: str, attempt_id: str) -> str:
 
 def copy_record(key: str) -> str:
     return f"copies/{_shard(key)}.json"
+
+
+# What builds write for themselves and no build's decision reads: their records, leases and
+# staging (a no-op certificate leaves them out of what a build consulted).
+BOOKKEEPING_AREAS = ("invocations", "locks", "tmp")
