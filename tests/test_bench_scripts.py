@@ -195,6 +195,9 @@ def test_the_training_benchmark_runs_the_examples_dense_moe_and_lora_runs_both_w
     for run in data["runs"].values():
         assert len(run["seconds"]["marinbuild"]) == len(run["seconds"]["direct"]) == 1, run
         assert _positive(run["ratio"]) and _positive(run["tokens_per_s_ratio"]), run
+        # The direct run's teardown is part of its seconds, and the ratio without it the larger.
+        assert len(run["direct_teardown_s"]) == 1 and 0 <= run["direct_teardown_s"][0] < run["seconds"]["direct"][0]
+        assert run["ratio_without_teardown"] >= run["ratio"], run
     assert data["devices"] and all(device.endswith("cpu") for device in data["devices"]), data["devices"]
 
 
