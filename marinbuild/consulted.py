@@ -179,6 +179,6 @@ def unchanged(followed: dict[str, Signature], links: dict[str, Signature]) -> bo
             if not follow and stat.S_ISDIR(found.st_mode):
                 if _directory_itself(found) != expected:
                     return False
-            elif (found.st_size, found.st_mtime_ns, found.st_ctime_ns, found.st_ino) != expected:
+            elif file_signature(found) != expected:
                 return False
     return True
