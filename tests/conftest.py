@@ -101,6 +101,15 @@ def make_workspace(tmp_path: Path):
     return make
 
 
+@pytest.fixture(scope="session")
+def settled_bytecode(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Python's bytecode cache written for what a build imports, and older than the racy
+    window (tests/helpers_audit.py: settle_bytecode), for tests that expect a no-op certified."""
+    from helpers_audit import settle_bytecode
+
+    settle_bytecode(tmp_path_factory.mktemp("settled-bytecode"))
+
+
 def cli_env() -> dict[str, str]:
     env = dict(os.environ)
     env["NO_COLOR"] = "1"

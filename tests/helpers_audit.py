@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import cli_command, cli_env
+from conftest import cli_command, cli_env, write_files
 
 # Run as `python -c`: install the hook, run `python -m marinbuild ARGS`, write the events.
 _TRACED = r"""
@@ -88,6 +88,51 @@ def run_untraced(ws: Path, *args: str, env: dict[str, str] | None = None) -> sub
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done
+
+
+# The racy window of marinbuild/hashing.py, and a margin.
+_RACY_S = 2.1
+# A workspace whose build imports what the no-op tests' builds import: a rule module of its
+# own, a genrule, and an external input that is pinned.
+_SETTLING_FILES = {
+    "myrules/__init__.py": "",
+    "myrules/defs.py": (
+        "from marinbuild.targets import attrs as types\n"
+        "from marinbuild.targets.attrs import Attr\n"
+        "from marinbuild.targets.rule import Rule\n"
+        "write_text = Rule(name='write_text', impl=lambda ctx: None, attrs={'text': Attr(types.STRING)})\n"
+    ),
+    "p/BUILD.marin": (
+        'write_text(name = "hello", text = "hi")\n'
+        'genrule(name = "all", srcs = glob(["*.txt"]), outs = ["all.txt"], cmd = "cat $(SRCS) > $@")\n'
+    ),
+    "p/a.txt": "a\n",
+}
+
+
+def settle_bytecode(root: Path) -> None:
+    """Write Python's bytecode cache for what a build imports, then wait out the racy window.
+
+    A process with the bytecode cache on writes `__pycache__/` into each package it imports
+    from that has none yet (a fresh checkout or virtual environment): the package's directory
+    is modified. importlib lists the directories it imports from, so a build started within
+    2 s of that consults a directory modified in its racy window and rightly certifies no
+    no-op. Run once per test process, before tests that expect one certified."""
+    import marinbuild
+
+    env = bytecode_env()
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", os.path.dirname(marinbuild.__file__)], check=True, env=env
+    )
+    data = root / "data"
+    data.mkdir()
+    (data / "a.jsonl").write_text("{}\n")
+    files = {**_SETTLING_FILES, "q/BUILD.marin": f'external(name = "data", url = "{data}")\n'}
+    ws = root / "ws"
+    write_files(ws, {**files, "marinbuild.toml": 'rules = ["myrules.defs"]\n'})
+    run_untraced(ws, "pin", "//q:data", env=env)
+    run_untraced(ws, "build", "//...", env=env)
+    time.sleep(_RACY_S)
 
 
 def backdate(root: Path, seconds: float = 3600) -> None:

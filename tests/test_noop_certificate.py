@@ -21,6 +21,8 @@ from test_package_memo import CONFIG, FILES
 
 from marinbuild.actions.noop_certificate import NOOP_CERTIFICATE_ENV
 
+pytestmark = pytest.mark.usefixtures("settled_bytecode")  # else a fresh checkout's first no-op is not certified
+
 PER_INVOCATION = {"id", "pid", "started", "duration_s", "noop_certificate"}
 
 

@@ -19,6 +19,8 @@ from helpers_audit import Traced, backdate, bytecode_env, run_traced, run_untrac
 
 from marinbuild.actions.noop_certificate import NOOP_CERTIFICATE_ENV
 
+pytestmark = pytest.mark.usefixtures("settled_bytecode")  # else a fresh checkout's first no-op is not certified
+
 # A rule module in a package with a helper, a .star macro, a glob, sources and a chain.
 FILES = {
     "myrules/__init__.py": "",
