@@ -368,6 +368,12 @@ def jsonable(options: dict[str, object]) -> dict[str, object]:
     return {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
 
 
+def load_average() -> str:
+    """The machine's load average (1, 5, 15 minutes) as `uptime` prints it, recorded before
+    and after a run: the figures of a run on a loaded machine are the load's as much as the code's."""
+    return " ".join(f"{load:.2f}" for load in os.getloadavg())
+
+
 def host_info() -> dict[str, str | int | None]:
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
 

@@ -418,14 +418,10 @@ def figures(result: dict, documents: int, workers: int, truth: dict[str, tuple[s
     }
 
 
-def _load() -> str:
-    return " ".join(f"{load:.2f}" for load in os.getloadavg())
-
-
 def run_benchmark(args: argparse.Namespace, work: Path) -> dict:
     marinbuild = benchlib.find_marinbuild()
     python = None if args.skip_datatrove else benchlib.peer_python("datatrove.pipeline.filters", PEER_PACKAGES)
-    load_before = _load()
+    load_before = benchlib.load_average()
     documents, size, truth = make_corpus(args, work / "corpus")
     benchlib.log(f"{documents} documents, {size / 1e6:.1f} MB")
     tools: dict[str, dict[str, dict]] = {"marinbuild": {}, "datatrove": {}}
@@ -470,7 +466,7 @@ def run_benchmark(args: argparse.Namespace, work: Path) -> dict:
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "load_before": load_before,
-            "load_after": _load(),
+            "load_after": benchlib.load_average(),
             "datatrove": None if python is None else _version(python),
         },
     }
@@ -492,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = run_benchmark(args, work)
     print(json.dumps(report, indent=2))
     if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=2) + "\n")
+        benchlib.write_json(args.json_out, report)
     return 0
 
 

@@ -302,10 +302,6 @@ def bloom(paragraphs: int, false_positive_rate: float) -> dict[str, dict[str, fl
 # -- the run --------------------------------------------------------------------------------------
 
 
-def _load() -> str:
-    return " ".join(f"{load:.2f}" for load in os.getloadavg())
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
@@ -313,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from rules.webdata.dedup_config import ParagraphDedup
 
-    load_before = _load()
+    load_before = benchlib.load_average()
     with tempfile.TemporaryDirectory(prefix="marinbuild-bench-dedup-") as tmp:
         work = Path(tmp)
         documents, signers = signatures(args, work)
@@ -341,12 +337,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "numpy": np.__version__,
             "cpus": os.cpu_count(),
             "load_before": load_before,
-            "load_after": _load(),
+            "load_after": benchlib.load_average(),
         },
     }
     print(json.dumps(report, indent=2))
     if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=2) + "\n")
+        benchlib.write_json(args.json_out, report)
     return 0
 
 

@@ -181,10 +181,6 @@ def run_worker(python: Path | str, name: str, pages: Path, out: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def _load() -> str:
-    return " ".join(f"{load:.2f}" for load in os.getloadavg())
-
-
 def content_pages(corpus: RawCorpus) -> Iterator[Page]:
     """The pages an extractor gets: every HTML response but the malformed ones."""
     return (page for page in corpus.pages() if page.kind != "malformed")
@@ -197,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from rules.webdata.raw_corpus import WARC_DIRECTORY, RawCorpus, RawCorpusSpec, write_raw_corpus
 
-    load_before = _load()
+    load_before = benchlib.load_average()
     spec = RawCorpusSpec(seed=args.seed, pages=args.pages, stdlib_modules=args.stdlib_modules)
     corpus = RawCorpus(spec)
     peers = {} if args.skip_trafilatura else {"trafilatura": benchlib.peer_python("trafilatura", PEER_PACKAGES)}
@@ -243,13 +239,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "load_before": load_before,
-            "load_after": _load(),
+            "load_after": benchlib.load_average(),
         },
     }
     print(json.dumps({"extractors": {n: {k: v for k, v in r.items() if k != "f1_by_kind"} for n, r in results.items()},
                       "warc_readers": readers, "ratios": ratios, "machine": report["machine"]}, indent=2))  # fmt: skip
     if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=2) + "\n")
+        benchlib.write_json(args.json_out, report)
     return 0
 
 

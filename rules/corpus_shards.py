@@ -130,6 +130,18 @@ def corpus_root(files: Iterable[Path]) -> Path:
     raise StepFailed("the data input is not a corpus: expected summary.json next to train/ (the output of a data rule)")
 
 
+def json_lines(lines: Iterable[str | bytes], name: str) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a JSON lines file the user gave, a line
+    that is not JSON a step failure naming `name:LINE` (a corpus of ours is read by `read_split`)."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as error:
+            raise StepFailed(f"{name}:{number}: not a JSON line: {error}") from None
+
+
 def read_summary(root: Path) -> dict[str, Any]:
     return json.loads((root / SUMMARY).read_text())
 

@@ -11,7 +11,6 @@ so changing it reruns everything downstream.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import platform
 import sysconfig
@@ -24,7 +23,7 @@ from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Execution, Rule
-from rules.corpus_shards import CORPUS_ATTRS, check_corpus_attrs, write_corpus
+from rules.corpus_shards import CORPUS_ATTRS, check_corpus_attrs, json_lines, write_corpus
 from rules.hub import ALLOW_UNPINNED, HUB_ENV, check_pinned, resolved_commit, snapshot
 
 TEXT_FORMATS = ("jsonl", "text", "parquet")
@@ -48,13 +47,7 @@ def _documents_in(file: BinaryIO, name: str, text_format: str, text_key: str) ->
     if text_format == "text":
         yield file.read().decode("utf-8", errors="replace")
     elif text_format == "jsonl":
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise StepFailed(f"{name}:{number}: not a JSON line: {error}") from None
+        for number, record in json_lines(file, name):
             if not isinstance(record, dict) or not isinstance(record.get(text_key), str):
                 raise StepFailed(f"{name}:{number}: expected an object with a string field {text_key!r}")
             yield record[text_key]

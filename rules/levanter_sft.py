@@ -47,6 +47,7 @@ from transformers import AutoConfig, AutoTokenizer
 from marinbuild.targets.context import StepFailed
 from rules import lm_config
 from rules.chat_data import MESSAGES, chat_problem
+from rules.corpus_shards import json_lines
 from rules.hf_format import check_checkpoint
 from rules.levanter_lm import (
     MODEL_FILE,
@@ -302,13 +303,7 @@ def _chat_lines(label: str, location: str, split: str) -> Iterator[tuple[str, di
     for shard in shards:
         name = f"{label}:{shard[len(root) + 1 :]}"
         with fs.open(shard, "r", encoding="utf-8") as lines:
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise StepFailed(f"{name}:{number}: not a JSON line: {error}") from None
+            for number, record in json_lines(lines, name):
                 problem = chat_problem(record)
                 if problem is not None:
                     raise StepFailed(f"{name}:{number}: {problem}")

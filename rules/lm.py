@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, AttrError, JsonValue
@@ -181,6 +182,38 @@ def resume_point(files: Sequence[str]) -> str | None:
     return f"the checkpoint at step {max(steps)}" if steps else None
 
 
+# What every rule that trains through Levanter's loop declares alike (train_lm, sft_lm): the
+# optimizer, the trainer and the seed, and how its steps run, resume and are checked.
+TRAINING_ATTRS: dict[str, Attr] = {
+    "optimizer": Attr(
+        lm_config.OPTIMIZER,
+        default=lm_config.resolve("optimizer", {}),
+        doc="AdamConfig fields (learning_rate, weight_decay, warmup...).",
+    ),
+    "trainer": Attr(lm_config.TRAINER, doc="steps, batch_size, eval_interval, checkpoint_interval, max_eval_batches."),
+    "seed": Attr(types.INT, default=0),
+}
+TRAINING_RUN: dict[str, Any] = {
+    "execution": Execution.SUBPROCESS,
+    "resources": Resources(cpu=2, memory_gb=4),
+    "resumable": True,
+    "reads_urls": True,
+    # A preempted or killed run resumes from its checkpoints in the key's scratch.
+    "retry": RetryPolicy(worker_lost=10),
+    "metrics_file": "summary.json",
+    "resume_point": resume_point,
+    # Bit-identical on CPU with a fixed seed, but not promised across machines and XLA versions.
+    "check_metrics": {
+        "steps": 0.0,
+        "tokens": 0.0,
+        "train_loss": 1e-3,
+        "initial_eval_loss": 1e-3,
+        "eval_loss": 1e-3,
+        "eval_bpb": 1e-3,
+    },
+}
+
+
 def _train_lm(ctx: Context) -> None:
     started = time.time()
     from marinbuild.cluster.distributed import initialize_jax
@@ -231,15 +264,7 @@ train_lm = Rule(
             doc="A model family's config fields (LlamaConfig's without a family field), e.g. llama_nano() or "
             "mixtral(...) from //rules:lm.star.",
         ),
-        "optimizer": Attr(
-            lm_config.OPTIMIZER,
-            default=lm_config.resolve("optimizer", {}),
-            doc="AdamConfig fields (learning_rate, weight_decay, warmup...).",
-        ),
-        "trainer": Attr(
-            lm_config.TRAINER, doc="steps, batch_size, eval_interval, checkpoint_interval, max_eval_batches."
-        ),
-        "seed": Attr(types.INT, default=0),
+        **TRAINING_ATTRS,
         # Left out of the key while unset, so that outputs trained before they existed keep theirs.
         "keep_checkpoints": Attr(
             types.JSON,
@@ -275,29 +300,13 @@ train_lm = Rule(
     },
     validate=_validate_train,
     headline=_train_headline,
-    execution=Execution.SUBPROCESS,
-    resources=Resources(cpu=2, memory_gb=4),
-    resumable=True,
-    reads_urls=True,
-    # A preempted or killed run resumes from its checkpoints in the key's scratch.
-    retry=RetryPolicy(worker_lost=10),
+    **TRAINING_RUN,
     multi_host=True,
     packages=ML_PACKAGES,
     env=(*WANDB_ENV, NO_TORCH),
     code_modules=LEVANTER_MODULES,
-    metrics_file="summary.json",
-    resume_point=resume_point,
     keeps_checkpoints="keep_checkpoints",
     step_inputs={"init_from": StepInput("init_step", "a train_lm target that keeps that step", _check_continuation)},
-    # Bit-identical on CPU with a fixed seed, but not promised across machines and XLA versions.
-    check_metrics={
-        "steps": 0.0,
-        "tokens": 0.0,
-        "train_loss": 1e-3,
-        "initial_eval_loss": 1e-3,
-        "eval_loss": 1e-3,
-        "eval_bpb": 1e-3,
-    },
 )
 
 

@@ -24,10 +24,9 @@ from pathlib import Path
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, AttrType, Field, JsonValue, struct
 from marinbuild.targets.context import Context
-from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule
-from rules import lm_config
+from marinbuild.targets.rule import Rule
 from rules.hub import NO_TORCH
-from rules.lm import LEVANTER_MODULES, ML_PACKAGES, check_trainer, resume_point, summary_headline
+from rules.lm import LEVANTER_MODULES, ML_PACKAGES, TRAINING_ATTRS, TRAINING_RUN, check_trainer, summary_headline
 
 # Each conversation as `role:` lines, the assistant's part (its content and the end of
 # sequence token, so that the model learns to stop) between generation tags. A newline
@@ -154,14 +153,7 @@ sft_lm = Rule(
             doc="A Jinja chat template marking the assistant's part with {% generation %}; None: the "
             "tokenizer's own. The output's tokenizer carries it.",
         ),
-        "optimizer": Attr(
-            lm_config.OPTIMIZER,
-            default=lm_config.resolve("optimizer", {}),
-            doc="AdamConfig fields (learning_rate, weight_decay, warmup...), as train_lm's.",
-        ),
-        "trainer": Attr(
-            lm_config.TRAINER, doc="steps, batch_size, eval_interval, checkpoint_interval, max_eval_batches."
-        ),
+        **TRAINING_ATTRS,
         "lora": Attr(
             LORA,
             default=None,
@@ -174,28 +166,11 @@ sft_lm = Rule(
             doc="Tokens per training sequence (conversations are packed); None: the checkpoint's "
             "max_position_embeddings.",
         ),
-        "seed": Attr(types.INT, default=0),
     },
     validate=_validate_sft,
     headline=_sft_headline,
-    execution=Execution.SUBPROCESS,
-    resources=Resources(cpu=2, memory_gb=4),
-    resumable=True,
-    reads_urls=True,
-    # A preempted or killed run resumes from its checkpoints in the key's scratch.
-    retry=RetryPolicy(worker_lost=10),
+    **TRAINING_RUN,
     packages=(*ML_PACKAGES, "transformers", "safetensors"),
     env=(NO_TORCH,),
     code_modules=(*LEVANTER_MODULES, "rules.levanter_sft", "rules.chat_data"),
-    metrics_file="summary.json",
-    resume_point=resume_point,
-    # As train_lm's: bit-identical on CPU with a fixed seed, not promised across machines.
-    check_metrics={
-        "steps": 0.0,
-        "tokens": 0.0,
-        "train_loss": 1e-3,
-        "initial_eval_loss": 1e-3,
-        "eval_loss": 1e-3,
-        "eval_bpb": 1e-3,
-    },
 )

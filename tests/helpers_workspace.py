@@ -1,4 +1,4 @@
-"""Helpers for the label, loading and bad-input tests (imported explicitly, not a conftest).
+"""Helpers for the label, loading and bad-input tests (imported explicitly, as other helpers are).
 
 Workspaces are made under a test's tmp_path from a dict of files; the CLI runs in a
 subprocess exactly as a user would run it; the Python API is used where a subprocess
@@ -7,7 +7,6 @@ would only make the suite slower.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -16,12 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from conftest import CLI_TIMEOUT_S, cli_env, write_files
+
 from marinbuild.actions.graph import Graph
 from marinbuild.packages import PackageLoader, open_workspace
 from marinbuild.packages.rule_modules import workspace_rules
 from marinbuild.session import Session
 
-CLI_TIMEOUT_S = 60
 STORE_DIR = "cache"  # the default store, relative to the workspace root
 
 
@@ -31,13 +31,6 @@ def new_workspace(root: Path, files: Mapping[str, str] = {}, config: str = "") -
     (root / "marinbuild.toml").write_text(textwrap.dedent(config))
     write_files(root, files)
     return root
-
-
-def write_files(root: Path, files: Mapping[str, str]) -> None:
-    for relative, content in files.items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(content))
 
 
 def loader_for(ws: Path) -> PackageLoader:
@@ -58,13 +51,6 @@ class CliResult:
     rc: int
     stdout: str
     stderr: str
-
-
-def cli_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["NO_COLOR"] = "1"
-    env["COLUMNS"] = "400"
-    return env
 
 
 def run_cli(args: Sequence[str], *, cwd: Path, workspace: Path | None = None) -> CliResult:
@@ -107,3 +93,12 @@ def assert_bad_input(result: CliResult, ws: Path, file: str, line: int, message:
     assert_located(error_line(result.stderr), file, line, message)
     assert "Traceback" not in result.stderr, result.stderr
     assert store_is_untouched(ws), sorted(p.name for p in (ws / STORE_DIR).iterdir())
+
+
+def assert_bad_declarations(make_workspace, cases: Sequence[tuple[str, str]], config: str = "") -> None:
+    """For each `(declaration, message)`: a package of a filegroup `:d` and, on line 3, the
+    declaration of a target `m`; building it is bad input `RULE 'm': MESSAGE` at that line."""
+    for declared, message in cases:
+        ws = make_workspace({"m/BUILD.marin": f'filegroup(name = "d")\n# the target\n{declared}\n'}, config=config)
+        rule = declared.partition("(")[0]
+        assert_bad_input(build(ws, "//m:m"), ws, "m/BUILD.marin", 3, f"{rule} 'm': {message}")

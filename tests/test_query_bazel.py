@@ -26,8 +26,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
-from helpers_workspace import write_files
+from conftest import require_tool, write_files
 
 from marinbuild.session import Session
 

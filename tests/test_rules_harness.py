@@ -18,7 +18,7 @@ from pathlib import Path
 import lm_eval
 import pytest
 from conftest import run_cli
-from helpers_workspace import assert_bad_input, build
+from helpers_workspace import assert_bad_declarations
 from test_rules_hf import DATA, TRAINER
 from test_rules_lm import TRAIN_TIMEOUT_S, _workspace
 
@@ -173,10 +173,7 @@ def test_eval_harness_attributes_are_checked_at_load(make_workspace) -> None:
         ('mc_task(name = "m", data = ":d", choices = 1)', "choices must be at least 2"),
         ('mc_task(name = "m", data = ":d", questions = 0)', "questions must be at least 1"),
     ]
-    for declared, message in cases:
-        ws = make_workspace({"m/BUILD.marin": f'filegroup(name = "d")\n# the target\n{declared}\n'}, config=CONFIG)
-        rule = declared.partition("(")[0]
-        assert_bad_input(build(ws, "//m:m"), ws, "m/BUILD.marin", 3, f"{rule} 'm': {message}")
+    assert_bad_declarations(make_workspace, cases, config=CONFIG)
 
 
 def test_lm_eval_version_is_the_installed_and_pinned_one() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from conftest import build_json, cli_env, run_cli
-from helpers_workspace import assert_bad_input, build
+from helpers_workspace import assert_bad_declarations
 from test_rules_lm import CONFIG, TRAIN_TIMEOUT_S, _workspace
 
 pytest_plugins = ["helpers_hub"]  # the offline_hub fixture
@@ -258,7 +258,4 @@ def test_hf_model_attributes_are_checked_at_load(make_workspace) -> None:
             "give one of init_from",
         ),
     ]
-    for declared, message in cases:
-        ws = make_workspace({"m/BUILD.marin": f'filegroup(name = "d")\n# the target\n{declared}\n'}, config=CONFIG)
-        rule = declared.partition("(")[0]
-        assert_bad_input(build(ws, "//m:m"), ws, "m/BUILD.marin", 3, f"{rule} 'm': {message}")
+    assert_bad_declarations(make_workspace, cases, config=CONFIG)

@@ -18,7 +18,7 @@ from pathlib import Path
 import jax
 import numpy as np
 from conftest import build_json, cli_command, cli_env, run_cli, statuses
-from helpers_workspace import assert_bad_input, build
+from helpers_workspace import assert_bad_declarations
 from test_rules_hf import _logits
 from test_rules_lm import _wait_for_checkpoint, _workspace
 
@@ -356,10 +356,7 @@ def test_sft_lm_attributes_are_checked_at_load(make_workspace) -> None:
         ('sft_lm(name = "m", model = ":d", data = ":d", trainer = {"steps": 1})', "trainer: steps must be at least 2"),
         ('chat_data(name = "m", follow_ups = -1)', "follow_ups must be 0 or more"),
     ]
-    for declared, message in cases:
-        ws = make_workspace({"m/BUILD.marin": f'filegroup(name = "d")\n# the target\n{declared}\n'}, config=CONFIG)
-        rule = declared.partition("(")[0]
-        assert_bad_input(build(ws, "//m:m"), ws, "m/BUILD.marin", 3, f"{rule} 'm': {message}")
+    assert_bad_declarations(make_workspace, cases, config=CONFIG)
 
 
 def test_the_lora_schema_matches_levanters_and_adapts_every_linear_layer_but_the_head() -> None:
