@@ -32,7 +32,13 @@ from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
 from marinbuild.actions.keys import checkpoint_key
-from marinbuild.actions.noop_certificate import NOOP_CERTIFICATE_ENV, Certified, NoopCertificate, Warnings
+from marinbuild.actions.noop_certificate import (
+    NOOP_CERTIFICATE_ENV,
+    Certified,
+    NoopCertificate,
+    Warnings,
+    environment_context,
+)
 from marinbuild.actions.pins import Pinned, Pins
 from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult, pending_json
 from marinbuild.actions.resume import resume_point
@@ -287,7 +293,7 @@ class Session:
             "workspace": repr(self.workspace),
             "store": self.store_url,
             "unsafe_no_locking": self.unsafe_no_locking,
-            "environment": dict(os.environ),
+            "environment": environment_context(dict(os.environ)),
         }
         return NoopCertificate(self.workspace.state_dir / "noop", context)
 

@@ -150,6 +150,17 @@ def test_after_a_change_both_paths_agree_and_the_certificate_does_not_answer(cer
     assert "noop_certificate" not in record
 
 
+def test_a_new_shell_or_login_is_still_answered_by_the_certificate(certified, env):
+    """Another directory before the last `cd`, shell depth or ssh connection: the shell's
+    bookkeeping, which no build decides from, is not part of a certificate's context (any
+    other variable is: an unrelated one set above is not answered)."""
+    session = {**env, "OLDPWD": "/elsewhere", "SHLVL": "7", "SSH_CONNECTION": "127.0.0.1 50000 127.0.0.1 22"}
+    full_targets, _, full_stdout = build(certified, without_certificates(session))
+    targets, record, stdout = build(certified, session)
+    assert record.get("noop_certificate") is True
+    assert targets == full_targets and stdout == full_stdout
+
+
 def test_another_option_is_not_answered_by_the_certificate(certified, env):
     full_targets, _, _ = build(certified, without_certificates(env), "--keep-going")
     targets, record, _ = build(certified, env, "--keep-going")

@@ -6,7 +6,7 @@ store in which every target was cached, its certificate holds the signature of e
 that build consulted (`consulted.py`: every `stat`, listing and read, recorded under all
 the layers) and the results it reported. The next build of the same command in the same
 context — marinbuild's version, Python, the patterns and options, the workspace and its
-settings, the store, the whole environment — stats those paths; if none changed, nothing
+settings, the store, the environment but the shell's bookkeeping — stats those paths; if none changed, nothing
 the full check reads changed, so it would reach the same results, and they are reported
 without building the graph, keys or results. Anything else — a path changed or gone, an
 unreadable certificate, another context — and the build takes the full path, which writes
@@ -34,6 +34,10 @@ from marinbuild.hashing import digest_json
 NOOP_CERTIFICATE_ENV = "MARINBUILD_NOOP_CERTIFICATE"
 # Bumped whenever what a certificate holds changes shape: an older one is then not read.
 _FORMAT = 1
+# What a shell or an ssh session sets for its own bookkeeping and no build decides from: the
+# directory before the last `cd`, the nesting depth, the command's path, the connection's
+# addresses and ports. Part of the context, each `cd` or login would cost one full no-op.
+SESSION_VARIABLES = frozenset({"OLDPWD", "SHLVL", "_", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY"})
 _KEPT = 4  # certificates per workspace, the newest (10 MB each for 10,000 targets); another context makes its own
 
 
@@ -60,6 +64,11 @@ class Warnings(NullReporter):
 
     def warning(self, message: str) -> None:
         self.messages.append(message)
+
+
+def environment_context(environment: dict[str, str]) -> dict[str, str]:
+    """The environment as a certificate's context holds it: all of it but `SESSION_VARIABLES`."""
+    return {name: value for name, value in environment.items() if name not in SESSION_VARIABLES}
 
 
 class NoopCertificate:
