@@ -26,7 +26,7 @@ _PARALLEL_THRESHOLD = 16 * 1024 * 1024
 _CHUNK = 1024 * 1024
 # A file modified this close to when its digest was recorded might have changed again
 # within the filesystem's timestamp granularity (Git's "racy clean" problem): never trust it.
-_RACY_NS = 2_000_000_000
+RACY_NS = 2_000_000_000
 
 
 # Made once: `json.dumps` with options builds a new encoder each call, and a no-op build
@@ -71,7 +71,7 @@ def settled(stat: os.stat_result, seen_ns: int) -> bool:
     """Whether a signature taken at `seen_ns` can be trusted later: the file was last modified
     more than the filesystem's timestamp granularity before, so a write right after it was
     seen would have changed its mtime (Git's "racy clean" rule)."""
-    return stat.st_mtime_ns < seen_ns - _RACY_NS
+    return stat.st_mtime_ns < seen_ns - RACY_NS
 
 
 class StatCache:

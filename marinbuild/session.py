@@ -293,7 +293,7 @@ class Session:
             "workspace": repr(self.workspace),
             "store": self.store_url,
             "unsafe_no_locking": self.unsafe_no_locking,
-            "environment": environment_context(dict(os.environ)),
+            "environment": environment_context(os.environ),
         }
         return NoopCertificate(self.workspace.state_dir / "noop", context)
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from conftest import cli_command, cli_env, write_files
 
+from marinbuild.hashing import RACY_NS
+
 # Run as `python -c`: install the hook, run `python -m marinbuild ARGS`, write the events.
 _TRACED = r"""
 import json, os, runpy, sys
@@ -90,8 +92,6 @@ def run_untraced(ws: Path, *args: str, env: dict[str, str] | None = None) -> sub
     return done
 
 
-# The racy window of marinbuild/hashing.py, and a margin.
-_RACY_S = 2.1
 # A workspace whose build imports what the no-op tests' builds import: a rule module of its
 # own, a genrule, and an external input that is pinned.
 _SETTLING_FILES = {
@@ -117,7 +117,9 @@ def settle_bytecode(root: Path) -> None:
     from that has none yet (a fresh checkout or virtual environment): the package's directory
     is modified. importlib lists the directories it imports from, so a build started within
     2 s of that consults a directory modified in its racy window and rightly certifies no
-    no-op. Run once per test process, before tests that expect one certified."""
+    no-op. marinbuild's own modules are compiled whole (a test's build may import one the
+    warm-up did not); the warm-up writes what it imports of the libraries. Run once per
+    test process, before tests that expect one certified."""
     import marinbuild
 
     env = bytecode_env()
@@ -127,12 +129,18 @@ def settle_bytecode(root: Path) -> None:
     data = root / "data"
     data.mkdir()
     (data / "a.jsonl").write_text("{}\n")
-    files = {**_SETTLING_FILES, "q/BUILD.marin": f'external(name = "data", url = "{data}")\n'}
     ws = root / "ws"
-    write_files(ws, {**files, "marinbuild.toml": 'rules = ["myrules.defs"]\n'})
+    write_files(
+        ws,
+        {
+            **_SETTLING_FILES,
+            "q/BUILD.marin": f'external(name = "data", url = "{data}")\n',
+            "marinbuild.toml": 'rules = ["myrules.defs"]\n',
+        },
+    )
     run_untraced(ws, "pin", "//q:data", env=env)
     run_untraced(ws, "build", "//...", env=env)
-    time.sleep(_RACY_S)
+    time.sleep(RACY_NS / 1e9 + 0.1)  # the stat cache's racy window, and a margin
 
 
 def backdate(root: Path, seconds: float = 3600) -> None:

@@ -6,12 +6,12 @@ store in which every target was cached, its certificate holds the signature of e
 that build consulted (`consulted.py`: every `stat`, listing and read, recorded under all
 the layers) and the results it reported. The next build of the same command in the same
 context — marinbuild's version, Python, the patterns and options, the workspace and its
-settings, the store, the environment but the shell's bookkeeping — stats those paths; if none changed, nothing
-the full check reads changed, so it would reach the same results, and they are reported
-without building the graph, keys or results. Anything else — a path changed or gone, an
-unreadable certificate, another context — and the build takes the full path, which writes
-a new one. `tests/test_noop_certificate.py` shows both paths give the same answer after
-each kind of change.
+settings, the store, the environment but the shell's bookkeeping — stats those paths; if
+none changed, nothing the full check reads changed, so it would reach the same results,
+and they are reported without building the graph, keys or results. Anything else — a
+path changed or gone, an unreadable certificate, another context — and the build takes
+the full path, which writes a new one. `tests/test_noop_certificate.py` shows both paths
+give the same answer after each kind of change.
 
 One certificate per context (`<digest of the context>.pickle` under `.marinbuild/noop/`),
 the newest few kept: builds alternating between two environments keep theirs each.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import pickle
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ class Warnings(NullReporter):
         self.messages.append(message)
 
 
-def environment_context(environment: dict[str, str]) -> dict[str, str]:
+def environment_context(environment: Mapping[str, str]) -> dict[str, str]:
     """The environment as a certificate's context holds it: all of it but `SESSION_VARIABLES`."""
     return {name: value for name, value in environment.items() if name not in SESSION_VARIABLES}
 
