@@ -27,7 +27,7 @@ from marinbuild import store as stores
 from marinbuild.actions.accelerators import local_accelerators, missing
 from marinbuild.actions.build_options import BuildOptions, Egress, Hooks
 from marinbuild.actions.build_provenance import Provenance
-from marinbuild.actions.events import EventStream, Tee
+from marinbuild.actions.events import EventStream, HitsRecorded, Tee
 from marinbuild.actions.executor import Executor
 from marinbuild.actions.graph import Graph, build_graph, expand_patterns
 from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
@@ -385,8 +385,9 @@ class Session:
         stores.require_leases(self.store, self.unsafe_no_locking)
         salt = stores.store_salt(self.store, create=True)
         stream = EventStream(events)
+        hits = HitsRecorded()
         executor = self._executor(options)
-        scheduler = self._scheduler(graph, options, Tee(reporter, stream), executor, salt)
+        scheduler = self._scheduler(graph, options, Tee(reporter, stream, hits), executor, salt)
         record = functools.partial(
             self._record_invocation,
             self.cache.records,
@@ -404,6 +405,7 @@ class Session:
             reporter.warning(f"{refused.message}; this build is not recorded in the store's history")
             scheduler.read_only = refused
             record = _not_recorded
+        hits.rewrite = functools.partial(record, "running")
         try:
             result = scheduler.run()
         except KeyboardInterrupt:

@@ -107,3 +107,36 @@ def test_a_bad_filter_is_an_error_at_its_build_line(make_workspace):
     rc, out, err = run_cli(ws, "build", "//p:f")
     assert rc == 2 and "p/BUILD.marin:1" in err and "unknown filter 'gopher_qualty'" in err, err
     assert "Traceback" not in err and not (ws / "cache").exists()
+
+
+def _refinedweb_row(index: int) -> str:
+    """A line in the shape Falcon RefinedWeb's rows have: the text under `content`."""
+    row = {
+        "content": GOOD[index % len(GOOD)],
+        "url": f"https://example.org/page/{index}",
+        "timestamp": "2023-01-29T12:00:00",
+        "dump": "CC-MAIN-2023-06",
+        "segment": "1674764494826.88",
+        "image_urls": [],
+    }
+    return json.dumps(row) + "\n"
+
+
+def test_input_without_one_readable_line_fails_the_step_instead_of_publishing_nothing(make_workspace):
+    files = {
+        "p/BUILD.marin": BUILD.format(min_words=5),
+        "p/corpus/summary.json": "{}\n",
+        "p/corpus/train/shard-00000.jsonl": "".join(_refinedweb_row(index) for index in range(3)),
+        "p/corpus/validation/shard-00000.jsonl": (
+            json.dumps({"text": "café au lait"}, ensure_ascii=False) + "\n"
+        ).encode("latin-1"),
+    }
+    ws = make_workspace(files, 'rules = ["rules.webdata.filter_text"]\n')
+    failed = build_json(ws, "//p:filtered", expect_rc=1)
+    result = failed["by_label"]["//p:filtered"]
+    assert result["status"] == "failed" and result["output"] is None, result
+    reason = result["reason"]
+    assert reason.startswith("no readable line in the 2 shards of //p:raw: "), reason
+    assert "'no string text': {'count': 3, 'first': 'train/shard-00000.jsonl:1'}" in reason
+    assert "'invalid utf-8': {'count': 1, 'first': 'validation/shard-00000.jsonl:1'}" in reason
+    assert "Traceback" not in failed["stderr"]

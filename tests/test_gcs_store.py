@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import textwrap
@@ -114,8 +115,23 @@ def test_transfers_report_bytes_files_and_rate(gcs_bucket, tmp_path):
     assert (local / "part2.bin").read_bytes() == (staged / "part2.bin").read_bytes()
     uploads = [item for item in seen if "uploaded" in item[2]]
     downloads = [item for item in seen if "downloaded" in item[2]]
-    assert uploads[-1][:2] == (3.0, 3.0) and "3/3 files" in uploads[-1][2] and "MiB/s" in uploads[-1][2]
-    assert downloads[-1][:2] == (3.0, 3.0) and "3/3 files" in downloads[-1][2]
+    assert uploads[-1][:2] == (3 * 2**20, 3 * 2**20) and "3/3 files" in uploads[-1][2] and "iB/s" in uploads[-1][2]
+    assert downloads[-1][:2] == (3 * 2**20, 3 * 2**20) and "3/3 files" in downloads[-1][2]
+
+
+def test_upload_progress_reads_in_sizes_a_person_reads(make_workspace, gcs_bucket):
+    """Not `0/1.04904e-05 MiB uploaded`, as the upload of a file of 11 bytes once read."""
+    build = """
+        genrule(name = "tiny", outs = ["t.txt"], cmd = "echo greetings > $@")
+        genrule(name = "large", outs = ["l.bin"], cmd = "head -c 1572864 /dev/zero > $@")
+    """
+    ws = make_workspace({"pkg/BUILD.marin": build})
+    rc, out, err = run_cli(ws, "build", "//pkg:all", store=f"gs://{gcs_bucket}/mb")
+    assert rc == 0, err
+    shown = {line.split(": ", 1)[0].strip(): line.split(": ", 1)[1] for line in err.splitlines() if "uploaded" in line}
+    size, rate = r"[\d,]+ B|[\d,]+\.\d (KiB|MiB|GiB)", r"[\d,]+ B/s|[\d,]+\.\d (KiB|MiB|GiB)/s"
+    assert re.fullmatch(rf"0 B/10 B uploaded \(\d/1 files, ({rate})\)", shown["//pkg:tiny"]), err
+    assert re.fullmatch(rf"({size})/1\.5 MiB uploaded \(\d/1 files, ({rate})\)", shown["//pkg:large"]), err
 
 
 def test_a_lease_excludes_others_and_an_expired_one_is_taken_over(gcs_bucket, tmp_path):
@@ -296,7 +312,7 @@ def test_a_runner_whose_lease_is_taken_stops_its_action_and_does_not_publish(mak
     )
     started = time.monotonic()
     out, err = builder.communicate(timeout=CLI_TIMEOUT_S)
-    assert time.monotonic() - started < 10, "the action was not stopped"
+    assert time.monotonic() - started < 25, "the action was stopped, not left to end its 30 s sleep"
     assert builder.returncode == 1
     (target,) = json.loads(out)["targets"]
     assert target["status"] == "failed" and "lost the lease" in target["reason"], target
@@ -476,7 +492,7 @@ def test_a_large_download_over_tls_checks_the_servers_certificate(tmp_path, monk
             with pytest.raises(StoreError, match="gs://b/mb") as refused:
                 store.get_files(files, sizes=sizes)
             assert "CERTIFICATE_VERIFY_FAILED" in str(refused.value), refused.value
-            assert time.monotonic() - started < 5, "an untrusted server was tried again"
+            assert time.monotonic() - started < 20, "an untrusted server was not tried again for the 30 s budget"
     finally:
         server.shutdown()
         server.server_close()
@@ -635,7 +651,7 @@ def test_unusable_store_is_a_clear_error_and_loses_no_local_state(make_workspace
     assert rc == 2, err
     assert "gs://team-bucket/mb" in err and "hint:" in err and "Traceback" not in err
     assert ("unreachable" if failure == "unreachable" else "Forbidden") in err
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 120, "not tried again for the whole retry budget (300 s)"
     # Every local file is still there (the caches may have learnt more), the local store unchanged.
     assert all(path.is_file() for path in before)
     assert all(path.read_bytes() == data for path, data in before.items() if ".marinbuild" not in path.parts)

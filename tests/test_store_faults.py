@@ -328,7 +328,7 @@ def test_a_store_failing_for_the_whole_budget_is_unavailable():
     with pytest.raises(StoreUnavailable, match=r"the store at gs://b/x has not answered for 1 s") as raised:
         call(policy, "gs://b/x", down)
     elapsed = time.monotonic() - started
-    assert 0.6 < elapsed < 2, elapsed
+    assert 0.6 < elapsed < 10, elapsed  # tried for its budget (1 s), then gave up: not for ever
     assert len(tries) >= 4
     assert isinstance(raised.value, StoreError) and "store_retry_budget_s" in raised.value.hint
 
@@ -367,7 +367,7 @@ def test_a_build_against_a_store_that_never_answers_ends_with_exit_2(make_worksp
     assert rc == 2, err
     assert "the store at gs://b/x has not answered for 3 s" in err and "hint:" in err, err
     assert "Traceback" not in err
-    assert elapsed < 20, elapsed
+    assert elapsed < 30, elapsed  # the budget (3 s) and a start-up on a busy machine
     assert silent_server.accepted, "the server was asked"
 
 
@@ -406,7 +406,7 @@ def test_every_operation_gives_up_within_its_budget(name, silent_server, monkeyp
     started = time.monotonic()
     with pytest.raises(StoreUnavailable, match="has not answered for"):
         OPERATIONS[name](store, tmp_path)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # its budget (1.5 s), not the server's silence (for ever)
 
 
 # -- writes answered too late: a retry refused because the first try went through ----------------
@@ -516,7 +516,7 @@ def test_a_download_that_stalls_midway_gives_up_within_its_budget(
         started = time.monotonic()
         with pytest.raises(StoreUnavailable, match="has not answered for"):
             store.get_files({"out/ab/k/big.bin": tmp_path / "big.bin"}, sizes={"out/ab/k/big.bin": 4 * 2**20})
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 15  # its budget (1.5 s), not the server's silence (for ever)
         assert proxy.cut, "the answer stopped halfway"
 
 

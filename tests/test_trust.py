@@ -176,6 +176,33 @@ def test_a_source_symlink_out_of_the_workspace_is_bad_input(make_workspace, tmp_
     assert not any(b"secret" in path.read_bytes() for path in store.rglob("*") if path.is_file())
 
 
+def test_a_star_file_loaded_through_a_symlink_out_of_the_workspace_is_bad_input(make_workspace, tmp_path):
+    outside = tmp_path / "defs.star"
+    outside.write_text('GREETING = "from a file no checkout has"\n')
+    ws = make_workspace(
+        {
+            "pkg/BUILD.marin": """
+                # what the greeting says comes from defs.star
+                load(":defs.star", "GREETING")
+                genrule(name = "hello", outs = ["hello.txt"], cmd = "echo '%s' > $@" % GREETING)
+            """,
+            "pkg/real.star": 'GREETING = "hello"\n',
+        }
+    )
+    link = ws / "pkg" / "defs.star"
+    link.symlink_to("real.star")  # stays inside: followed
+    assert statuses(build_json(ws, "//pkg:hello")) == {"//pkg:hello": "built"}
+    before = sorted((ws / "cache").rglob("*"))
+    link.unlink()
+    link.symlink_to(outside)
+    rc, out, err = run_cli(ws, "build", "//pkg:hello")
+    assert rc == 2, err
+    assert (
+        f"pkg/BUILD.marin:3: load(':defs.star'): pkg/defs.star is a symlink to {outside}, outside the workspace" in err
+    )
+    assert sorted((ws / "cache").rglob("*")) == before, "nothing written to the store"
+
+
 @pytest.mark.parametrize(
     ("rule", "why"),
     [

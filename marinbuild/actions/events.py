@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from marinbuild.actions.results import BuildResult, Reporter, Status, TargetResult
+from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
 
 # The event a finished step is, by its status (any other: step_finished).
 _EVENT_OF_STATUS = {Status.CACHED: "cache_hit", Status.FAILED: "step_failed", Status.SKIPPED: "step_skipped"}
@@ -110,3 +111,25 @@ class Tee:
     def build_finished(self, result: BuildResult) -> None:
         for reporter in self.reporters:
             reporter.build_finished(result)
+
+
+class HitsRecorded(NullReporter):
+    """Has the invocation record rewritten, still `running`, when a step starts after cache
+    hits were found since it was last written. A build killed outright never writes its
+    end, and `history` reads back only the steps it ran (from their attempts): the hits
+    its record did not list would read `pending` for ever. Hits are mostly all found
+    before the first step starts: that is one more write for a build that runs something,
+    and none for a no-op."""
+
+    def __init__(self) -> None:
+        self.rewrite: Callable[[], None] = lambda: None  # set once the record can be written
+        self._unrecorded = False
+
+    def step_finished(self, result: TargetResult) -> None:
+        if result.status is Status.CACHED:
+            self._unrecorded = True
+
+    def step_started(self, label: str) -> None:
+        if self._unrecorded:
+            self._unrecorded = False
+            self.rewrite()

@@ -7,6 +7,8 @@ file, and cycles are reported with the whole cycle and where each step is declar
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +207,7 @@ def resolve(loader: PackageLoader, text: str, referrer: Target | None = None) ->
         _check_inside_package(loader, label, path, where)
         _check_inside_workspace(loader, label, path, where)
         return SourceFile(label, path)
+    _check_not_broken_link(loader, user, path, where)
     raise GraphError(
         f"{user}, which is neither a target of //{label.package} nor a file in it",
         location=where,
@@ -223,12 +226,36 @@ def _check_inside_package(loader: PackageLoader, label: Label, path: Path, where
         )
 
 
+def _check_not_broken_link(loader: PackageLoader, user: str, path: Path, where: Location | None) -> None:
+    """A symlink that leads to no file (dangling, or a loop) is named with where it points:
+    the file is there to see in the package, and "no such file" would not say why."""
+    failure = _stat_errno(path) if path.is_symlink() else None
+    if failure is None:
+        return  # not a link, or one to a directory (not a file either: the caller says so)
+    why = "a loop of symlinks" if failure == errno.ELOOP else "nothing (no such file)"
+    link = path.relative_to(loader.workspace.root).as_posix()
+    raise GraphError(
+        f"{user}, but {link} is a symlink to '{os.readlink(path)}', which leads to {why}",
+        location=where,
+        hint="point the symlink at a file inside the workspace, or remove it",
+    )
+
+
+def _stat_errno(path: Path) -> int | None:
+    """Why `path` cannot be followed to what it names (an errno), or None if it can."""
+    try:
+        path.stat()
+    except OSError as error:
+        return error.errno
+    return None
+
+
 def _check_inside_workspace(loader: PackageLoader, label: Label, path: Path, where: Location | None) -> None:
     """A source's bytes are hashed and kept in the store (for `rerun`): a symlink out of the
     workspace (`secrets -> /etc`) would publish a file of this machine to everyone who
     reads the store. Symlinks that stay inside the workspace are followed."""
-    real = path.resolve()
-    if not real.is_relative_to(loader.workspace.root.resolve()):
+    real = loader.workspace.outside(path)
+    if real is not None:
         raise GraphError(
             f"source file '{label}' is a symlink to {real}, outside the workspace",
             location=where,

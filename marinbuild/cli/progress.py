@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from marinbuild.actions.results import BuildResult, Status, TargetResult
+from marinbuild.sizes import BYTES, human_size
 
 _LOG_TAIL_LINES = 20
 # Piped output shows a running step's progress (a training's step and loss, documents
@@ -29,7 +30,13 @@ def _log_tail(log: Path | None) -> str:
 
 
 def progress_text(done: float, total: float | None, unit: str) -> str:
-    """`60/120 steps, loss 5.432, 10,240 tokens/s`: a step's progress as the rule reports it."""
+    """`60/120 steps, loss 5.432, 10,240 tokens/s`: a step's progress as the rule reports it.
+    Progress counted in bytes (a unit of `B`, then what was done: `B uploaded`) reads in
+    sizes: `1.5 MiB/10.0 MiB uploaded`."""
+    amount, _, rest = unit.partition(" ")
+    if amount == BYTES:
+        sizes = f"{human_size(done)}/{human_size(total)}" if total else human_size(done)
+        return f"{sizes} {rest}".strip()
     return (f"{done:g}/{total:g} {unit}" if total else f"{done:g} {unit}").strip()
 
 

@@ -285,14 +285,7 @@ class PackageLoader:
             cycle = " -> ".join([*self._loading[self._loading.index(display) :], display])
             self._pending = LoadError(f"load cycle: {cycle}", location=self._load_statement(requester, path))
             raise RuntimeError(self._pending.message)
-        file = self.workspace.root / display
-        if not label.name.endswith(".star") or not file.is_file():
-            self._pending = LoadError(
-                f"load({path!r}): no .star file {display}",
-                location=self._load_statement(requester, path),
-                hint="load() takes '//pkg:file.star' or ':file.star'",
-            )
-            raise RuntimeError(self._pending.message)
+        file = self._star_file(requester, path, display)
         module = sl.Module()
         previous, self._current = self._current, None  # a .star file declares no targets of its own
         try:
@@ -303,6 +296,22 @@ class PackageLoader:
         frozen = module.freeze()
         self._modules[display] = frozen
         return frozen
+
+    def _star_file(self, requester: str, path: str, display: str) -> Path:
+        """The file `load(path)` in `requester` reads: a `.star` file of the workspace. One
+        reached through a symlink out of it is refused, as a source file is (graph.py):
+        what loading reads must be what every checkout has."""
+        file = self.workspace.root / display
+        if not display.endswith(".star") or not file.is_file():
+            message, hint = f"no .star file {display}", "load() takes '//pkg:file.star' or ':file.star'"
+        elif (real := self.workspace.outside(file)) is not None:
+            message = f"{display} is a symlink to {real}, outside the workspace"
+            hint = "a .star file must lie inside the workspace: copy it in"
+        else:
+            return file
+        location = self._load_statement(requester, path)
+        self._pending = LoadError(f"load({path!r}): {message}", location=location, hint=hint)
+        raise RuntimeError(self._pending.message)
 
     def _load_statement(self, requester: str, path: str) -> Location:
         """The line of `requester` that loads `path` (the load callback is not told)."""

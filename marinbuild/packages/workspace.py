@@ -96,6 +96,14 @@ class Workspace:
             return ""
         return "" if str(relative) == "." else relative.as_posix()
 
+    def outside(self, path: Path) -> Path | None:
+        """Where `path` really is, when a symlink on its way leads out of the workspace
+        (None when it stays inside). What a build reads from the workspace — sources,
+        `.star` files — must lie in it: a link to `/etc` would put this machine's files in
+        the store for everyone, or make loading depend on files no checkout has."""
+        real = path.resolve()
+        return None if real.is_relative_to(self.root.resolve()) else real
+
     def find_packages(self, below: str = "", skip: tuple[Path, ...] = ()) -> list[str]:
         """Every package at or below `below`, sorted; hidden and ignored directories are skipped,
         and virtual environments (a directory holding `pyvenv.cfg`). Symlinked directories are

@@ -1,13 +1,15 @@
 """The history of a store: its invocations (one per build command) and the attempts each made.
 
 An invocation record is written when a build starts (`result: running`, every target
-`pending`) and rewritten when it ends (`succeeded`, `failed`, `interrupted`), with every
-target's status, key and, for the steps that ran, the id of their attempt. A build
-killed outright leaves its record `running`; read on the machine it ran on, whose
-process table says it is gone, it reads `abandoned`. The targets an interrupted or
-abandoned build's record still lists as `pending` are read from the attempts it made:
-what it published reads `built` (a build killed outright never wrote that into its
-record), the step it was running when stopped `cancelled` or `abandoned`.
+`pending`), rewritten when a step starts after cache hits were found (they read `cached`
+from then on: actions/events.py, HitsRecorded), and rewritten when it ends (`succeeded`,
+`failed`, `interrupted`), with every target's status, key and, for the steps that ran,
+the id of their attempt. A build killed outright leaves its record `running`; read on
+the machine it ran on, whose process table says it is gone, it reads `abandoned`. The
+targets an interrupted or abandoned build's record still lists as `pending` are read
+from the attempts it made: what it published reads `built` (a build killed outright
+never wrote that into its record), the step it was running when stopped `cancelled` or
+`abandoned`.
 """
 
 from __future__ import annotations

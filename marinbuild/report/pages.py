@@ -22,6 +22,7 @@ from marinbuild.provenance.compare import hyperparameters as run_hyperparameters
 from marinbuild.provenance.data_counts import DataCounts, data_counts
 from marinbuild.report import diagram, plots
 from marinbuild.report.collect import SUMMARY_FILE, AttemptView, OutputFile, Report, StepReport, StepStatus
+from marinbuild.sizes import human_size
 
 STEPS_DIR = "steps"
 _MAX_FILES_LISTED = 500
@@ -144,14 +145,6 @@ def _image(found: OutputFile) -> str:
         f'<figure><img class="plot" alt="{escape(found.path)}" src="data:{mime};base64,{data}">'
         f'<figcaption class="meta">{escape(found.path)}</figcaption></figure>'
     )
-
-
-def _size(size: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:,} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(size)
 
 
 def _duration(seconds: float | None) -> str:
@@ -499,7 +492,7 @@ def _pin_text(description: dict[str, Any]) -> str:
         return f"{where}, not pinned"
     state = "" if description["current"] else " — <strong>changed since</strong>"
     return (
-        f"{where}: {pin['objects']:,} objects, {_size(pin['bytes'])}, pinned {escape(pin['pinned'])} "
+        f"{where}: {pin['objects']:,} objects, {human_size(pin['bytes'])}, pinned {escape(pin['pinned'])} "
         f"by {escape(pin['by'])} (digest <code>{escape(pin['digest'][:16])}</code>){state}"
     )
 
@@ -527,7 +520,7 @@ def _outputs_block(step: StepReport) -> str:
     ]
     more = f" (the first {len(listed)})" if len(listed) < len(manifest.files) else ""
     parts = [
-        f"<p>{len(manifest.files):,} files, {_size(manifest.total_bytes)}; "
+        f"<p>{len(manifest.files):,} files, {human_size(manifest.total_bytes)}; "
         f"tree digest <code>{escape(step.entry.tree_digest[:16])}</code></p>",
         _table(["output", "files", "bytes"], summary, "outputs-table"),
         f"<details><summary>every file{more}</summary>{_table(['file', 'bytes', 'blake3'], every)}</details>",
@@ -614,7 +607,7 @@ def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
                 "copied",
                 escape(
                     f"from {copied['from']} ({copied['from_region']} → {copied['to_region']}), "
-                    f"{_size(copied['bytes'])}, {copied['copied']} by {copied['by']}"
+                    f"{human_size(copied['bytes'])}, {copied['copied']} by {copied['by']}"
                 ),
             )
         )

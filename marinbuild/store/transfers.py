@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
+from marinbuild.sizes import BYTES, human_size
 from marinbuild.store import deadlines
 
 # (done, total, unit), as a step reports its own progress.
@@ -23,7 +24,7 @@ _transfer_progress: ContextVar[TransferProgressFn | None] = ContextVar("marinbui
 
 @contextlib.contextmanager
 def reporting_transfers(progress: TransferProgressFn) -> Iterator[None]:
-    """Report the uploads and downloads this thread makes (MiB, files, rate) to `progress`."""
+    """Report the uploads and downloads this thread makes (bytes, files, rate) to `progress`."""
     token = _transfer_progress.set(progress)
     try:
         yield
@@ -71,9 +72,7 @@ def transfer_callback(verb: str, total_bytes: int) -> Any:
                 clock.progressed()
             if report is None:
                 return
-            rate = self.done / max(time.monotonic() - self.started, 1e-3) / 2**20
-            report(
-                self.done / 2**20, total_bytes / 2**20, f"MiB {verb} ({self.value}/{self.size} files, {rate:.0f} MiB/s)"
-            )
+            rate = self.done / max(time.monotonic() - self.started, 1e-3)
+            report(self.done, total_bytes, f"{BYTES} {verb} ({self.value}/{self.size} files, {human_size(rate)}/s)")
 
     return _Batch()

@@ -177,7 +177,8 @@ class Context:
         return self.inputs[label].local(label).single(label)
 
     def progress(self, done: float, total: float | None = None, unit: str = "") -> None:
-        """Report progress on long work; shown live next to the running step."""
+        """Report progress on long work; shown live next to the running step. Counted in
+        bytes (`unit` "B", or "B" and what was done: "B written"), it is shown in sizes."""
         if self.progress_fn is not None:
             self.progress_fn(done, total, unit)
 

@@ -109,7 +109,9 @@ def filter_shard(ctx: Context) -> None:
 
 
 def _filter_text(ctx: Context) -> None:
-    """The driver: a unit per shard of each split, then the corpus from their outputs."""
+    """The driver: a unit per shard of each split, then the corpus from their outputs.
+    Input of which no line is a document (another tool's field names, another encoding)
+    fails the step, as extract_text's does, instead of publishing an empty corpus."""
     root = corpus_root(ctx.files(ctx.attrs["data"]))
     filters = [make_filter(spec).to_json() for spec in _specs(ctx.attrs["filters"])]  # defaults included
     model = {LANGUAGE_MODEL: _model_file(ctx)} if ctx.attrs[LANGUAGE_MODEL] is not None else {}
@@ -119,10 +121,13 @@ def _filter_text(ctx: Context) -> None:
         for path in sorted((root / split).glob("shard-*.jsonl"))
     ]
     results = ctx.map_shards("rules.webdata.filter_text:filter_shard", units)
+    summary = _summary(results, filters)
+    if summary["skipped"] and not summary["filters"][0]["seen"]:  # the chain's first filter sees every document
+        raise StepFailed(f"no readable line in the {len(units)} shards of {ctx.attrs['data']}: {summary['skipped']}")
     for result in results:
         result.place(_KEPT, ctx.out / result.name)
         result.place(_REJECTED, ctx.out / REJECTED / result.name)
-    (ctx.out / SUMMARY).write_text(json.dumps(_summary(results, filters), indent=2, sort_keys=True) + "\n")
+    (ctx.out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
 def _summary(results: list[ShardResult], specs: list[dict[str, JsonValue]]) -> dict[str, Any]:

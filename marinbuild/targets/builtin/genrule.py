@@ -3,10 +3,13 @@
 It is the generic step (and what the benchmarks use). The command runs in bash with
 `set -euo pipefail`, in an empty working directory, with Make-style variables expanded:
 `$(SRCS)`, `$(OUTS)`, `$@`, `$<`, `$(location L)`, `$(locations L)`, `$(RULEDIR)`, `$$`.
+A command too long to be an argument reaches bash as a file: a command has no length
+limit. Its standard input is empty.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -21,6 +24,11 @@ from marinbuild.targets.rule import Rule
 # One Make variable: `$$`, `$@`, `$<`, or `$(NAME)` / `$(NAME ARG)`.
 _VARIABLE = re.compile(r"\$(\$|@|<|\(([A-Za-z_@][A-Za-z0-9_]*|@D)(?:\s+([^)\s]+))?\s*\))")
 _KNOWN = {"SRCS", "OUTS", "RULEDIR", "@D", "location", "locations"}
+# A command of this many bytes or more reaches bash as a script file, `_SCRIPT` in the
+# step's staging directory: the kernel takes no argument of 128 KiB or more, and 128 KiB
+# is also the least it allows for all arguments and the environment together.
+_ARGUMENT_BYTES = 64 * 1024
+_SCRIPT = "command.sh"
 
 
 def _check(attrs: Mapping[str, JsonValue]) -> None:
@@ -82,15 +90,33 @@ def expand_command(ctx: Context) -> str:
     return _VARIABLE.sub(replace, ctx.attrs["cmd"])
 
 
+def _bash(ctx: Context, command: str) -> list[str]:
+    """The bash command line that runs `command`. Where it fits, it is `bash -c`'s argument:
+    bash then runs the command's last simple command in its own place, as the very process
+    the builder started, which the kernel kills along with a builder killed outright
+    (context.py). Past that, bash reads it from a script file beside the step's working
+    directory, in its staging directory (writable in the sandbox too): as one argument it
+    could not start at all, and on standard input the command's own reads would take the
+    script's lines. Encoded as an argument is, so a file name that is not UTF-8 reaches bash
+    as the bytes it is."""
+    script = "set -euo pipefail\n" + command
+    encoded = os.fsencode(script)
+    if len(encoded) < _ARGUMENT_BYTES:
+        return ["bash", "-c", script]
+    path = ctx.tmp.parent / _SCRIPT
+    path.write_bytes(encoded)
+    return ["bash", str(path)]
+
+
 def _run(ctx: Context) -> None:
     for out in ctx.attrs["outs"]:
         (ctx.out / out).parent.mkdir(parents=True, exist_ok=True)
-    script = expand_command(ctx)
-    ctx.log.info("$ %s", script)
+    command = expand_command(ctx)
+    ctx.log.info("$ %s", command)
     with (
         open(ctx.log_path, "ab") as log,
         ctx.processes.popen(
-            ["bash", "-c", "set -euo pipefail\n" + script],
+            _bash(ctx, command),
             cwd=ctx.tmp,
             stdin=subprocess.DEVNULL,
             stdout=log,
