@@ -8,7 +8,8 @@ weights it will never publish.
 
 `hf_model` brings a checkpoint in that format into the store as an input, from the Hub at
 a pinned commit (like `hf_dataset`, `rules/hub.py`) or from a target holding one (an
-`export_hf` output, a filegroup), checked before it is published (`rules/hf_format.py`):
+`export_hf` output, a filegroup), checked before it is published (`rules/hf_format.py`:
+its files, the safetensors headers, the weights' shapes against config.json):
 `train_lm(init_from_hf = ":base")` starts from its weights. Its output is the checkpoint
 directory itself, plus `summary.json` saying where it came from.
 """
@@ -123,8 +124,8 @@ hf_model = Rule(
     name="hf_model",
     impl=_hf_model,
     doc="A checkpoint in Hugging Face format as an input: from the Hub at a pinned commit, or from a target "
-    "holding one (export_hf, a filegroup); checked (config.json of the family, safetensors weights, "
-    "tokenizer.json) and copied as it is, with summary.json.",
+    "holding one (export_hf, a filegroup); checked (config.json of the family, tokenizer.json, safetensors "
+    "weights whole and of the shapes config.json implies) and copied as it is, with summary.json.",
     headline=_hf_model_headline,
     validate=_validate_hf_model,
     attrs={
@@ -139,7 +140,12 @@ hf_model = Rule(
         ),
         "allow_unpinned": ALLOW_UNPINNED,
     },
+    # 2: safetensors headers, index and shapes checked before publishing (issue #35): a
+    # checkpoint cached before is checked again; one that passes gives the same bytes, so
+    # nothing downstream reruns (early cutoff).
+    version=2,
     execution=Execution.SUBPROCESS,
     env=HUB_ENV,
     packages=("huggingface_hub",),
+    code_modules=("rules.hf_format",),
 )

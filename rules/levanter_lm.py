@@ -34,7 +34,7 @@ import fsspec
 import jax
 from fsspec.implementations.local import LocalFileSystem
 from jax.experimental import multihost_utils
-from levanter.checkpoint import CheckpointerConfig, discover_latest_checkpoint
+from levanter.checkpoint import CheckpointerConfig
 from levanter.compat.hf_checkpoints import HFCompatConfig
 from levanter.data.text import (
     LmDatasetFormatBase,
@@ -57,6 +57,7 @@ from levanter.trainer import TrainerConfig
 from levanter.utils.activation import ActivationFunctionEnum
 from tokenizers import Tokenizer
 from transformers import AutoConfig
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from marinbuild.targets.context import StepFailed
 from marinbuild.targets.rule import checkpoint_dir
@@ -73,6 +74,7 @@ from rules.levanter_trackers import (
     wandb_config,
 )
 from rules.library_patches import router_metrics
+from rules.training_resume import CHECKPOINTS, METRICS, checkpoint_path, resume_step, written_rows
 
 # JAX's persistent compilation cache (marinbuild points JAX_COMPILATION_CACHE_DIR at a
 # directory of this machine): keep every program, however quick to compile. Levanter
@@ -112,9 +114,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def _written_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a metrics file being written: a line not ended yet is left for later."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
+    return written_rows(path.read_text()) if path.exists() else []
 
 
 def _last(rows: list[dict[str, Any]], name: str) -> Any:
@@ -367,7 +367,7 @@ def run_trainer_config(
     return trainer_config(
         trainer,
         seed,
-        scratch / "checkpoints",
+        scratch / CHECKPOINTS,
         _metrics_file(scratch, tmp),
         tmp / "levanter-logs",
         distributed,
@@ -381,7 +381,7 @@ def run_trainer_config(
 def _metrics_file(scratch: Path, tmp: Path) -> Path:
     """Where this process's tracker writes: the scratch space for process 0 (the one whose
     output is published), a file of its own for the other hosts of a multi-host run."""
-    return scratch / "metrics.jsonl" if jax.process_index() == 0 else tmp / "metrics.jsonl"
+    return scratch / METRICS if jax.process_index() == 0 else tmp / "metrics.jsonl"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -495,16 +495,19 @@ def run_training(
     """
     if log is not None:
         log.info("JAX devices: %s", ", ".join(str(device) for device in jax.devices()))
-    checkpoints = scratch / "checkpoints"
-    last = f"step-{attrs['trainer']['steps'] - 1}"
-    metrics = scratch / "metrics.jsonl"
+    checkpoints = scratch / CHECKPOINTS
+    last_step = attrs["trainer"]["steps"] - 1
+    last = f"step-{last_step}"
+    metrics = scratch / METRICS
     if jax.process_index() == 0:
-        _drop_unlogged_checkpoints(checkpoints, metrics)
+        _keep_until_resume_point(scratch, initial)
     if distributed:
         multihost_utils.sync_global_devices("marinbuild: scratch ready")
+    resumed_from = _resume_step(scratch)
+    if resumed_from is not None:  # that checkpoint and no other (Levanter would take the newest by save time)
+        config.trainer.load_checkpoint_path = str(scratch / checkpoint_path(resumed_from))
     # Levanter refuses a run with no steps left: one whose last step is saved and logged is done.
-    finished = (checkpoints / last / "metadata.json").is_file()
-    resumed_from = _keep_metrics_until_checkpoint(checkpoints, _metrics_file(scratch, tmp), initial)
+    finished = resumed_from == last_step
     record = _model_record(attrs, tokenizer)
     kept = KeptStates(attrs.get("keep_checkpoints") or [], checkpoints, metrics, record, tokenizer, tmp / "kept")
     trackers = _trackers(config.trainer.tracker)
@@ -674,33 +677,25 @@ def _wait_for_checkpoint(metadata: Path, timeout_s: float) -> bool:
     return True
 
 
-def _drop_unlogged_checkpoints(checkpoints: Path, metrics: Path) -> None:
-    """Delete the checkpoints of steps whose metrics line was not written: a killed attempt
-    may save a step's checkpoint before it logs the rest of that step (a metrics line is
-    written once the next step starts). Resuming from such a checkpoint would leave the
-    step without its line, and the output would differ from an uninterrupted run's;
-    resuming from an earlier one trains the step again, identically. A last step saved
-    and logged is a finished run, published without training."""
-    logged = {row["step"] for row in read_metrics(metrics)}
-    for checkpoint in checkpoints.glob("step-*"):
-        if int(checkpoint.name.removeprefix("step-")) not in logged:
+def _resume_step(scratch: Path) -> int | None:
+    """The step a run resumes from (`training_resume.resume_step`), from the files of its scratch space."""
+    files = [path.relative_to(scratch).as_posix() for path in (scratch / CHECKPOINTS).glob("step-*/metadata.json")]
+    return resume_step(files, lambda name: (scratch / name).read_bytes() if (scratch / name).is_file() else None)
+
+
+def _keep_until_resume_point(scratch: Path, initial: Sequence[dict[str, Any]] = ()) -> None:
+    """Delete from a run's scratch space what comes after the checkpoint it resumes from
+    (`_resume_step`): later checkpoints, whose step a killed attempt saved but did not log
+    (or did not finish saving), and the metrics of later steps, which it logged but did not
+    checkpoint. Those steps run again, identically, and each appears once in
+    `metrics.jsonl`. A fresh run's file starts with the `initial` rows (those of the state
+    it continues from)."""
+    step = _resume_step(scratch)
+    for checkpoint in (scratch / CHECKPOINTS).glob("step-*"):
+        if step is None or int(checkpoint.name.removeprefix("step-")) > step:
             shutil.rmtree(checkpoint, ignore_errors=True)
-
-
-def _keep_metrics_until_checkpoint(
-    checkpoints: Path, metrics: Path, initial: Sequence[dict[str, Any]] = ()
-) -> int | None:
-    """The last step of the checkpoint the run resumes from (None for a fresh run).
-
-    Metrics of later steps, which a killed attempt logged but did not checkpoint, are
-    dropped: those steps run again, and each step appears once in `metrics.jsonl`. A fresh
-    run's file starts with the `initial` rows (those of the state it continues from).
-    """
-    latest = discover_latest_checkpoint(str(checkpoints)) if checkpoints.exists() else None
-    step = json.loads((Path(latest) / "metadata.json").read_text())["step"] if latest else None
-    kept = [row for row in read_metrics(metrics) if step is not None and row["step"] <= step] if latest else initial
-    metrics.write_text("".join(json.dumps(row) + "\n" for row in kept))
-    return step
+    kept = initial if step is None else [row for row in _written_rows(scratch / METRICS) if row["step"] <= step]
+    (scratch / METRICS).write_text("".join(json.dumps(row) + "\n" for row in kept))
 
 
 def _train_summary(rows: list[dict[str, Any]], parameter_count: int | None) -> dict[str, Any]:
@@ -824,7 +819,8 @@ def export(model: str, out: Path, tmp: Path) -> None:
     """A `train_lm` output or kept state (a directory or store URL) as a Hugging Face
     checkpoint in `out`, by Levanter's own export (`levanter.main.export_lm_to_hf`): its
     converter writes config.json, model.safetensors (in the checkpoint's float32) and the
-    tokenizer the model was trained with, on the host's CPU."""
+    tokenizer the model was trained with, on the host's CPU; config.json is then written
+    again as transformers writes it (`_standard_config`)."""
     try:
         record = json.loads(_read_text(f"{model}/{MODEL_FILE}"))
     except FileNotFoundError:
@@ -844,6 +840,29 @@ def export(model: str, out: Path, tmp: Path) -> None:
             use_cpu=True,
         )
     )
+    _standard_config(out)
+
+
+# What Levanter's converter adds to config.json from the tokenizer that is no setting of a
+# causal language model: an encoder-decoder's first decoder token, and tokens suppressed at
+# the start of a generation (Whisper's), set to the tokenizer's BOS, EOS and padding.
+_NOT_CAUSAL_LM_SETTINGS = ("decoder_start_token_id", "begin_suppress_tokens")
+
+
+def _standard_config(out: Path) -> None:
+    """config.json of the export in `out` as transformers' `save_pretrained` writes it: the
+    model class in `architectures` (by which vLLM and other serving stacks pick the model's
+    implementation: the class `AutoModelForCausalLM` maps the model_type to), and only the
+    values that differ from the config class's defaults. Levanter's converter writes every
+    field, `architectures` null, and generation settings nobody set (`max_length` 20,
+    `top_k` 50, ...), which generation would take as the model's own. What the model does
+    have, the tokenizer's BOS, EOS and padding tokens, stays; transformers derives its
+    generation config from them, so no generation_config.json is written."""
+    config = AutoConfig.from_pretrained(str(out), local_files_only=True)
+    config.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type]]
+    for name in _NOT_CAUSAL_LM_SETTINGS:
+        setattr(config, name, None)
+    config.save_pretrained(str(out))
 
 
 def check_hf_base(location: str, fields: Mapping[str, Any], tokenizer: Path, tmp: Path) -> Path:

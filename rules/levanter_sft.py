@@ -3,11 +3,13 @@
 The run is Levanter's own: `levanter.main.train_lm` from the base's Hugging Face weights
 (`initialize_from_hf`) on data in Levanter's chat format, or `levanter.main.lora_lm` with
 LoRA; both through `levanter_lm.run_training`, as train_lm, so metrics, checkpoints and
-resuming after a kill are train_lm's. The chat format renders each conversation with the
-chat template and keeps, per token, whether it lies in the template's
-`{% generation %}` block (transformers' `return_assistant_tokens_mask`); the loss mask
-of an example is that mask shifted by one (a position counts when the token it predicts
-is the assistant's), so no token of a prompt ever counts in the loss.
+resuming after a kill are train_lm's. The base is of any family train_lm trains (its
+config.json's `model_type` says which, and that family's Levanter converter reads it):
+Levanter's entry points start from each as from a Llama. The chat format renders each
+conversation with the chat template and keeps, per token, whether it lies in the
+template's `{% generation %}` block (transformers' `return_assistant_tokens_mask`); the
+loss mask of an example is that mask shifted by one (a position counts when the token it
+predicts is the assistant's), so no token of a prompt ever counts in the loss.
 
 The chat caches are written here rather than by Levanter, with the processor Levanter
 reads them with (`preprocessor_for_format`), so that every line is checked first and a
@@ -21,6 +23,7 @@ This module imports jax and Levanter: only a running step imports it.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import shutil
 from collections.abc import Callable, Iterator, Mapping
@@ -34,12 +37,11 @@ import jax.numpy as jnp
 from haliax.util import is_named_array
 from jinja2 import TemplateError
 from levanter.checkpoint import load_checkpoint, save_checkpoint
-from levanter.compat.hf_checkpoints import HFCheckpointConverter
+from levanter.compat.hf_checkpoints import HFCheckpointConverter, HFCompatConfig
 from levanter.data.text import ChatLmDatasetFormat, preprocessor_for_format
 from levanter.lora import LoraConfig, lora_trainable_params_filter, loraize, merge_lora_modules
 from levanter.main import lora_lm
 from levanter.main import train_lm as levanter_train_lm
-from levanter.models.llama import LlamaConfig
 from levanter.store.cache import CacheMetadata, SerialCacheWriter
 from levanter.utils.jax_utils import local_cpu_mesh
 from transformers import AutoConfig, AutoTokenizer
@@ -48,8 +50,9 @@ from marinbuild.targets.context import StepFailed
 from rules import lm_config
 from rules.chat_data import MESSAGES, chat_problem
 from rules.corpus_shards import json_lines
-from rules.hf_format import check_checkpoint
+from rules.hf_format import CONFIG, check_checkpoint
 from rules.levanter_lm import (
+    CONFIG_CLASSES,
     MODEL_FILE,
     SPLITS,
     RunInfo,
@@ -65,7 +68,7 @@ from rules.levanter_lm import (
     run_trainer_config,
     run_training,
 )
-from rules.library_patches import converter_for_every_checkpoint
+from rules.library_patches import converter_for_every_checkpoint, router_metrics
 from rules.sft import GENERATION_TAG
 from rules.tokenizer import TOKENIZER_FILES
 
@@ -79,18 +82,6 @@ _BATCH = 256
 # next (the caches record it).
 _CHAT_CACHES = "chat-caches"
 _CHAT_TOKENIZER = "chat-tokenizer"
-# The model fields Levanter's converter reads from a Llama's config.json (with seq_len and
-# activation_function); the others keep train_lm's defaults.
-_FROM_HF_CONFIG = (
-    "hidden_dim",
-    "intermediate_dim",
-    "num_layers",
-    "num_heads",
-    "num_kv_heads",
-    "initializer_range",
-    "layer_norm_epsilon",
-    "tie_word_embeddings",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +108,9 @@ def fine_tuning(
     checkpoint, or a train_lm/sft_lm output), `data` maps the chat set's label to where it
     lies (directories or store URLs)."""
     attrs = {**attrs, **{kind: lm_config.resolve(kind, attrs[kind]) for kind in ("optimizer", "trainer")}}
-    base = _hf_base(model, tmp)
+    base, family = _hf_base(model, tmp)
     tokenizer, template = _chat_tokenizer(base, attrs["chat_template"], scratch / _CHAT_TOKENIZER)
-    fields = _model_fields(base, attrs["seq_len"], tokenizer, tmp)
+    fields = _model_fields(base, family, attrs["seq_len"], tokenizer, tmp)
     chat_format = ChatLmDatasetFormat(messages_field=MESSAGES, chat_template=template, mask_user_turns=True)
     caches = chat_caches(data, tokenizer, chat_format, fields["seq_len"], scratch / _CHAT_CACHES, run)
     trainer = run_trainer_config(attrs["trainer"], attrs["seed"], scratch, tmp, run)
@@ -145,7 +136,7 @@ def fine_tuning(
     )
     return FineTuning(
         low_rank,
-        lambda: _lora_main(low_rank, converter),
+        lambda: _lora_main(low_rank, converter, levanter_model),
         recorded,
         tokenizer,
         lambda checkpoint: merge_adapters(checkpoint, converter, levanter_model, adapters),
@@ -184,32 +175,70 @@ def fine_tune(
 # -- the base model -------------------------------------------------------------------------
 
 
-def _hf_base(model: str, tmp: Path) -> Path:
-    """The local directory of the base in Hugging Face format: the checkpoint itself, or a
-    trained model exported by export_hf's code (its float32 weights, exactly)."""
+def _hf_base(model: str, tmp: Path) -> tuple[Path, lm_config.Family]:
+    """The local directory of the base in Hugging Face format, and its family: the checkpoint
+    itself, or a trained model exported by export_hf's code (its float32 weights, exactly).
+    A checkpoint of a family train_lm does not train fails here, before any work."""
     fs, root = fsspec.core.url_to_fs(model)
     if fs.exists(f"{root}/{MODEL_FILE}"):
-        export(model, tmp / "exported", tmp)
-        return tmp / "exported"
-    local = local_copy(model, tmp / "hf-base")
-    check_checkpoint(local, "llama", "model")
-    return local
+        local = tmp / "exported"
+        export(model, local, tmp)
+    else:
+        local = local_copy(model, tmp / "hf-base")
+    family = _base_family(local)
+    check_checkpoint(local, family.name, "model")
+    return local, family
 
 
-def _model_fields(base: Path, seq_len: int | None, tokenizer: Path, tmp: Path) -> dict[str, Any]:
+def _base_family(checkpoint: Path) -> lm_config.Family:
+    """The family of a Hugging Face checkpoint, by the `model_type` of its config.json: one
+    of those train_lm trains (rules/lm_config.py), which Levanter's `train_lm` and `lora_lm`
+    start from as they do from a Llama."""
+    try:
+        config = json.loads((checkpoint / CONFIG).read_text())
+    except (OSError, ValueError):
+        config = None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    for family in lm_config.FAMILIES.values():
+        if family.hf_model_type == model_type:
+            return family
+    if config is None:  # no config.json, or not JSON: check_checkpoint says which
+        check_checkpoint(checkpoint, lm_config.DEFAULT_FAMILY, "model")
+    supported = ", ".join(f"{family.title} ({family.hf_model_type})" for family in lm_config.FAMILIES.values())
+    raise StepFailed(f"model: its {CONFIG} says model_type {model_type!r}; sft_lm fine-tunes {supported}")
+
+
+def _model_fields(
+    base: Path, family: lm_config.Family, seq_len: int | None, tokenizer: Path, tmp: Path
+) -> dict[str, Any]:
     """The base's architecture as train_lm's model fields (rules/lm_config.py), read from its
-    config.json by Levanter's converter (`LlamaConfig.from_hf_config`), with `seq_len` (None:
-    the checkpoint's). What those fields cannot hold (another rope, a bias, a head size of
-    its own) is refused: the model would not be the checkpoint's."""
-    read = LlamaConfig.from_hf_config(AutoConfig.from_pretrained(str(base), local_files_only=True))
-    fields = {name: getattr(read, name) for name in _FROM_HF_CONFIG}
-    fields["activation_function"] = read.activation_function.value
-    fields = lm_config.resolve("model", {**fields, "seq_len": seq_len or read.seq_len})
+    config.json by Levanter's converter (the family's `from_hf_config`; the fields it does
+    not read keep their defaults, Levanter's own), with `seq_len` (None: the checkpoint's).
+    What those fields cannot hold (another rope, a bias, a head size of its own) is
+    refused: the model would not be the checkpoint's."""
+    try:
+        read = CONFIG_CLASSES[family.name].from_hf_config(AutoConfig.from_pretrained(str(base), local_files_only=True))
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        raise StepFailed(f"model: Levanter cannot read its {CONFIG} as a {family.title}'s: {error}") from None
+    fields = {field.name: _json_value(getattr(read, field.name)) for field in family.fields}
+    try:
+        fields = lm_config.resolve(
+            "model", {**fields, lm_config.FAMILY: family.name, "seq_len": seq_len or read.seq_len}
+        )
+    except ValueError as error:
+        raise StepFailed(f"model: its {CONFIG} makes a model train_lm refuses: {error}") from None
     differ = architecture_differences(base, fields, tokenizer, tmp)
     if differ:
         shown = "; ".join(difference for difference, _field in differ)
-        raise StepFailed(f"model: its config.json holds what a Levanter Llama of train_lm's fields cannot: {shown}")
+        raise StepFailed(
+            f"model: its {CONFIG} holds what a Levanter {family.title} of train_lm's fields cannot: {shown}"
+        )
     return fields
+
+
+def _json_value(value: Any) -> Any:
+    """A Levanter config's value as a model dict holds it: an enum by its value."""
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 def _chat_tokenizer(base: Path, template: str | None, into: Path) -> tuple[Path, str]:
@@ -344,15 +373,17 @@ def _rendered(processor: Callable[[list[dict[str, Any]]], Any], batch: list[tupl
 # -- LoRA -----------------------------------------------------------------------------------
 
 
-def _lora_main(config: lora_lm.LoraLmConfig, converter: HFCheckpointConverter) -> None:
+def _lora_main(config: lora_lm.LoraLmConfig, converter: HFCheckpointConverter, model: HFCompatConfig) -> None:
     """Levanter's lora_lm, offline: it is given the converter of the base's own config
-    (rules/library_patches.py says why it cannot find one itself)."""
-    with converter_for_every_checkpoint(converter):
+    (rules/library_patches.py says why it cannot find one itself), and of a Mixtral
+    (`model`) it logs the router's statistics as train_lm does, which also lets it
+    differentiate the loss."""
+    with converter_for_every_checkpoint(converter), router_metrics(model, lora_lm):
         lora_lm.main(config)
 
 
 def merge_adapters(
-    checkpoint: Path, converter: HFCheckpointConverter, model: LlamaConfig, adapters: LoraConfig
+    checkpoint: Path, converter: HFCheckpointConverter, model: HFCompatConfig, adapters: LoraConfig
 ) -> None:
     """Replace a LoRA run's final state in `checkpoint` (its adapters, the only weights it
     trains and saves, and their optimizer state) by the model they make with the base's

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import levanter.tracker
@@ -41,9 +42,10 @@ def _replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def router_metrics(model: LmConfig) -> Iterator[None]:
-    """While the block runs, Levanter's `train_lm` trains a mixture of experts (`model`)
-    with its router's statistics as metrics; nothing changes for another family.
+def router_metrics(model: LmConfig, entry: ModuleType = levanter_train_lm) -> Iterator[None]:
+    """While the block runs, Levanter's `train_lm` (or `entry`, another of its entry points
+    that trains with `compute_next_token_loss`: `lora_lm`) trains a mixture of experts
+    (`model`) with its router's statistics as metrics; nothing changes for another family.
 
     What Levanter does wrong: its Mixtral reports its router (the load-balancing loss, the
     router z-loss, each layer's routing entropy and expert loads) with
@@ -53,10 +55,10 @@ def router_metrics(model: LmConfig) -> Iterator[None]:
     trainer opens no such block: as shipped, a Mixtral fails at its first training step.
 
     The patch: `levanter.main.train_lm.compute_next_token_loss` (the loss function
-    `train_lm.main` builds its trainer with) opens the block and returns what the model
-    logged as the loss function's own metrics, which Levanter's trainer already reduces
-    over microbatches and hosts and logs in the step's row as `train/<name>`:
-    `train/load_balancing_loss`, `train/router_z_loss`,
+    `train_lm.main` builds its trainer with; `lora_lm`'s likewise) opens the block and
+    returns what the model logged as the loss function's own metrics, which Levanter's
+    trainer already reduces over microbatches and hosts and logs in the step's row as
+    `train/<name>`: `train/load_balancing_loss`, `train/router_z_loss`,
     `train/moe/layer<i>/routing_entropy`, `train/moe/layer<i>/expert<j>_load`. The loss
     itself (router losses included) is Levanter's. Evaluation runs the model without
     differentiating it, where the callback works: there the statistics reach the trackers
@@ -69,7 +71,7 @@ def router_metrics(model: LmConfig) -> Iterator[None]:
     if not isinstance(model, MixtralConfig):
         yield
         return
-    compute_loss = levanter_train_lm.compute_next_token_loss
+    compute_loss = entry.compute_next_token_loss
 
     def loss_and_router_metrics(*args: Any, **kwargs: Any) -> tuple[Any, dict[str, Metric]]:
         with levanter.tracker.defer_tracker_for_jit() as logged:
@@ -80,7 +82,7 @@ def router_metrics(model: LmConfig) -> Iterator[None]:
             for name, value in logged.items()
         }
 
-    with _replaced(levanter_train_lm, "compute_next_token_loss", loss_and_router_metrics):
+    with _replaced(entry, "compute_next_token_loss", loss_and_router_metrics):
         yield
 
 

@@ -11,7 +11,6 @@ for model and resource dicts (`llama_nano()`, `llama(...)`, `cpu()`, `gpu(...)`,
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule, StepInput, checkpoint_name
 from rules import lm_config
 from rules.hub import NO_TORCH
+from rules.training_resume import ReadScratch, resume_step
 
 ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
 # The modules behind the rules that run Levanter (their digests are recorded in each entry).
@@ -33,6 +33,7 @@ LEVANTER_MODULES = (
     "rules.levanter_trackers",
     "rules.lm_config",
     "rules.hf_format",
+    "rules.training_resume",
 )
 # What Weights & Biases reads from the environment, passed to a training's steps (values of
 # names that look secret, WANDB_API_KEY, are not recorded in the attempt).
@@ -87,18 +88,38 @@ def _eval_headline(out: Path) -> str | None:
     )
 
 
-def check_trainer(trainer: Mapping[str, JsonValue]) -> None:
-    """A `trainer` dict's values (of a training: train_lm, sft_lm) are ones Levanter runs."""
-    for name, value in trainer.items():
-        if value is not None and value <= 0:
-            raise ValueError(f"trainer: {name} must be positive, got {value!r}")
-    if trainer["steps"] < 2:
-        raise ValueError("trainer: steps must be at least 2 (Levanter never checkpoints its step 0)")
+def _steps_of(part: int | float, steps: int) -> int:
+    """The steps of a run of `steps` that a warmup or decay takes, as Levanter counts them
+    (`_convert_frac_or_steps`): a fraction of them, or a number of steps."""
+    return int(part * steps) if part <= 1 else int(part)
+
+
+def check_schedule(attrs: Mapping[str, JsonValue]) -> None:
+    """The learning-rate schedule of a training (train_lm, sft_lm) fits in its steps: the
+    warmup and the decay together take no more than the run, and a cosine decay at least
+    one step (Levanter fails on it in the worker otherwise). The ranges of each field were
+    checked by the schema (rules/lm_ranges.py); the parts of a run in cycles are parts of
+    each cycle, left to Levanter."""
+    optimizer, steps = attrs["optimizer"], attrs["trainer"]["steps"]
+    if optimizer["cycles"] is not None or optimizer["cycle_length"] is not None:
+        return
+    warmup = _steps_of(optimizer["warmup"], steps)
+    decay = None if optimizer["decay"] is None else _steps_of(optimizer["decay"], steps)
+    if warmup + (decay or 0) > steps:
+        parts = f"warmup ({optimizer['warmup']!r}: {warmup} steps)" + (
+            " takes" if decay is None else f" and decay ({optimizer['decay']!r}: {decay} steps) take"
+        )
+        raise ValueError(f"optimizer: {parts} more than the run's {steps} steps (trainer: steps)")
+    if optimizer["lr_schedule"] == "cosine" and (steps - warmup if decay is None else decay) == 0:
+        raise ValueError(
+            f"optimizer: the decay takes none of the run's {steps} steps (warmup {optimizer['warmup']!r}: "
+            f"{warmup} steps, decay {optimizer['decay']!r}), and Levanter's cosine schedule needs at least one"
+        )
 
 
 def _validate_train(attrs: Mapping[str, JsonValue]) -> None:
     """Checks across fields; their names and types were checked against rules/lm_config.py."""
-    check_trainer(attrs["trainer"])
+    check_schedule(attrs)
     lm_config.check_model(attrs["model"])
     _validate_tracker(attrs["tracker"])
     _validate_checkpoints(attrs)
@@ -171,15 +192,11 @@ def _validate_tracker(tracker: JsonValue) -> None:
         raise ValueError(f"tracker: mode must be one of {', '.join(_WANDB_MODES)}, got {tracker['mode']!r}")
 
 
-_CHECKPOINT = re.compile(r"checkpoints/step-(\d+)/metadata\.json")
-
-
-def resume_point(files: Sequence[str]) -> str | None:
-    """The newest complete Levanter checkpoint in a training's scratch space (its
-    metadata.json is written last). The run may resume one checkpoint earlier if a kill
-    came between that checkpoint and its step's metrics line (levanter_lm.py)."""
-    steps = [int(match.group(1)) for name in files if (match := _CHECKPOINT.fullmatch(name))]
-    return f"the checkpoint at step {max(steps)}" if steps else None
+def resume_point(files: Sequence[str], read: ReadScratch) -> str | None:
+    """Where a training would resume, in words, given its scratch space's files and `read`
+    of one: the checkpoint `resume_step` picks, the one the run restores (rules/training_resume.py)."""
+    step = resume_step(files, read)
+    return None if step is None else f"the checkpoint at step {step}"
 
 
 # What every rule that trains through Levanter's loop declares alike (train_lm, sft_lm): the

@@ -1,7 +1,8 @@
 """The schema of `train_lm`'s `model`, `optimizer` and `trainer`: fields, types, defaults.
 
 This is the one place their defaults live. The loader resolves every target's dicts
-against it (`marinbuild.targets.attrs.struct`), so a typo or a wrong type fails when the
+against it (`marinbuild.targets.attrs.struct`, each number against its range in
+`rules/lm_ranges.py`), so a typo, a wrong type or a value out of range fails when the
 BUILD file loads — not in a worker after a TPU slice was reserved — and the recipe holds
 the effective config: `explain` and `show` print it, and a changed default changes the
 key (it is a different experiment). `rules/levanter_lm.py` takes every value from the
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from marinbuild.targets.attrs import Field, same_as, struct, tagged_struct
+from rules.lm_ranges import ranged
 
 # -- model: one family's config ----------------------------------------------------------------
 
@@ -188,8 +190,6 @@ FAMILIES = {
     )
 }
 DEFAULT_FAMILY = "llama"
-# Model sizes that must be positive (Levanter would fail on them only once the step runs).
-_MODEL_SIZES = ("seq_len", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads")
 
 
 def family(fields: Mapping[str, Any]) -> Family:
@@ -198,23 +198,17 @@ def family(fields: Mapping[str, Any]) -> Family:
 
 
 def check_model(model: Mapping[str, Any]) -> None:
-    """Checks across a resolved model's fields (their names and types were checked by the
-    schema): a ValueError says what Levanter would fail on once the step runs."""
-    for name in _MODEL_SIZES:
-        if model[name] <= 0:
-            raise ValueError(f"model: {name} must be positive, got {model[name]!r}")
+    """Checks across a resolved model's fields (their names, types and ranges were checked
+    by the schema): a ValueError says what Levanter would fail on once the step runs."""
     if model["num_heads"] % model["num_kv_heads"]:
         raise ValueError(
             f"model: num_heads ({model['num_heads']}) must be a multiple of num_kv_heads ({model['num_kv_heads']})"
         )
-    if "n_routed_experts" in model:
-        experts, per_token = model["n_routed_experts"], model["num_experts_per_tok"]
-        if not 1 <= per_token <= experts:
-            raise ValueError(f"model: num_experts_per_tok ({per_token}) must be from 1 to n_routed_experts ({experts})")
-        if model["n_shared_experts"] < 0:
-            raise ValueError(f"model: n_shared_experts must be 0 or more, got {model['n_shared_experts']!r}")
-    if not 0.0 <= model.get("attention_dropout", 0.0) < 1.0:
-        raise ValueError(f"model: attention_dropout must be from 0 to below 1, got {model['attention_dropout']!r}")
+    if "n_routed_experts" in model and model["num_experts_per_tok"] > model["n_routed_experts"]:
+        raise ValueError(
+            f"model: num_experts_per_tok ({model['num_experts_per_tok']}) must be at most n_routed_experts "
+            f"({model['n_routed_experts']})"
+        )
 
 
 # -- optimizer: AdamConfig --------------------------------------------------------------------
@@ -268,10 +262,13 @@ TRAINER_FIELDS = (
     ),
 )
 
-MODEL = tagged_struct(FAMILY, {name: found.fields for name, found in FAMILIES.items()}, DEFAULT_FAMILY)
-OPTIMIZER = struct(OPTIMIZER_FIELDS)
-TRAINER = struct(TRAINER_FIELDS)
-CONFIGS = {"model": MODEL, "optimizer": OPTIMIZER, "trainer": TRAINER}
+CONFIGS = {
+    "model": tagged_struct(FAMILY, {name: found.fields for name, found in FAMILIES.items()}, DEFAULT_FAMILY),
+    "optimizer": struct(OPTIMIZER_FIELDS),
+    "trainer": struct(TRAINER_FIELDS),
+}
+# The attributes' types: each also checks its numbers' ranges (rules/lm_ranges.py).
+MODEL, OPTIMIZER, TRAINER = (ranged(kind, CONFIGS[kind]) for kind in ("model", "optimizer", "trainer"))
 
 
 def resolve(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -279,6 +276,8 @@ def resolve(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
 
     A no-op on what is already resolved; for the worker's side, where a dict may come from
     elsewhere (an older output's model.json, a benchmark building the config directly).
+    The ranges are the BUILD file's to respect, checked at load: here a dict may hold what
+    no BUILD file can ask for (eval_lm's one-step trainer).
     """
     return CONFIGS[kind].normalize(dict(fields), "")
 

@@ -17,6 +17,7 @@ from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, Rule
+from rules.lm_ranges import check_attrs
 
 FIT_FILE = "fit.json"
 ISOFLOPS_PLOT = "isoflops.png"
@@ -40,8 +41,7 @@ def _validate(attrs: Mapping[str, JsonValue]) -> None:
         raise ValueError(f"target_budgets: expected a list of positive numbers of FLOPs, got {budgets!r}")
     if len(set(attrs["runs"].values())) < 2:
         raise ValueError("runs: a scaling law needs runs at two budgets at least")
-    if attrs["huber_delta"] <= 0 or attrs["noise_floor"] < 0 or attrs["bootstrap"] < 0:
-        raise ValueError("huber_delta must be positive, noise_floor and bootstrap non-negative")
+    check_attrs("fit_scaling_law", attrs)
 
 
 def _headline(out: Path) -> str | None:

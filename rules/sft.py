@@ -26,7 +26,8 @@ from marinbuild.targets.attrs import Attr, AttrType, Field, JsonValue, struct
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Rule
 from rules.hub import NO_TORCH
-from rules.lm import LEVANTER_MODULES, ML_PACKAGES, TRAINING_ATTRS, TRAINING_RUN, check_trainer, summary_headline
+from rules.lm import LEVANTER_MODULES, ML_PACKAGES, TRAINING_ATTRS, TRAINING_RUN, check_schedule, summary_headline
+from rules.lm_ranges import check_attrs, ranged
 
 # Each conversation as `role:` lines, the assistant's part (its content and the end of
 # sequence token, so that the model learns to stop) between generation tags. A newline
@@ -63,8 +64,8 @@ LORA_FIELDS = (
         doc="A regex of the module paths to adapt, matched from their start (Levanter's LoraConfig).",
     ),
 )
-_LORA_STRUCT = struct(LORA_FIELDS)
-# None (full fine-tuning), or the LoRA fields checked and completed with their defaults.
+_LORA_STRUCT = ranged("lora", struct(LORA_FIELDS))
+# None (full fine-tuning), or the LoRA fields checked (kinds and ranges) and completed with their defaults.
 LORA = AttrType(
     f"optional {_LORA_STRUCT.name}",
     lambda value, package: None if value is None else _LORA_STRUCT.normalize(value, package),
@@ -73,14 +74,9 @@ LORA = AttrType(
 
 
 def _check_lora(lora: Mapping[str, JsonValue] | None) -> None:
+    """`target_modules` adapts linear layers of the blocks, and not the output head."""
     if lora is None:
         return
-    if lora["r"] < 1:
-        raise ValueError(f"lora: r (the rank of the adapters) must be at least 1, got {lora['r']}")
-    if lora["alpha"] <= 0:
-        raise ValueError(f"lora: alpha must be positive, got {lora['alpha']}")
-    if not 0 <= lora["dropout"] < 1:
-        raise ValueError(f"lora: dropout must be in [0, 1), got {lora['dropout']}")
     try:
         targets = re.compile(lora["target_modules"])
     except re.error as error:
@@ -96,9 +92,8 @@ def _check_lora(lora: Mapping[str, JsonValue] | None) -> None:
 
 
 def _validate_sft(attrs: Mapping[str, JsonValue]) -> None:
-    check_trainer(attrs["trainer"])
-    if attrs["seq_len"] is not None and attrs["seq_len"] < 2:
-        raise ValueError(f"seq_len must be at least 2, got {attrs['seq_len']}")
+    check_schedule(attrs)
+    check_attrs("sft_lm", attrs)
     template = attrs["chat_template"]
     if template is not None and not GENERATION_TAG.search(template):
         raise ValueError(

@@ -591,6 +591,22 @@ def test_labels_naming_nothing(tmp_path, files, pattern, file, line, message):
     assert_located(str(_plan_error(tmp_path, files, pattern)), file, line, message)
 
 
+@pytest.mark.parametrize(
+    ("links", "leads_to"),
+    [
+        ({"data.txt": "renamed.txt"}, "nothing (no such file)"),
+        ({"data.txt": "other.txt", "other.txt": "data.txt"}, "a loop of symlinks"),
+    ],
+)
+def test_a_source_symlink_that_leads_nowhere_is_named(tmp_path, links, leads_to):
+    build_file = "\n\ngenrule(name = 'x', srcs = ['data.txt'], outs = ['x.txt'], cmd = 'cat $< > $@')\n"
+    ws = new_workspace(tmp_path / "ws", {"p/BUILD.marin": build_file})
+    for link, target in links.items():
+        (ws / "p" / link).symlink_to(target)
+    message = f"//p:x depends on '//p:data.txt', but p/data.txt is a symlink to '{links['data.txt']}', which leads to"
+    assert_bad_input(build(ws, "//p:x"), ws, "p/BUILD.marin", 3, f"{message} {leads_to}")
+
+
 def test_crossing_into_a_subpackage_has_a_hint(tmp_path):
     files = {
         "p/BUILD.marin": "filegroup(name = 'x', srcs = ['sub/deep/f.txt'])\n",
@@ -665,3 +681,42 @@ def test_unknown_targets_on_the_command_line(tmp_path):
     assert error.hint == "did you mean 'train_small', 'train_large'?"
     error = _plan_error(tmp_path / "2", files, "//p:eval")
     assert (error.message, error.hint) == ("no target 'eval' in package //p", None)
+
+
+# -- a value out of its range in train_lm's dicts (rules/lm_ranges.py) ----------------------
+
+_TRAIN_LM = """\
+filegroup(name = "tokens")
+
+train_lm(
+    name = "model",
+    data = ":tokens",
+    model = {{"hidden_dim": 32, "intermediate_dim": 128, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2}},
+    optimizer = {optimizer},
+    trainer = {{"steps": 6}},
+)
+"""
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "message"),
+    [
+        # Each used to load, train (a negative rate by gradient ascent) and be published.
+        ('{"learning_rate": -3e-3}', "field 'learning_rate': expected > 0, got -0.003"),
+        ('{"weight_decay": -0.1}', "field 'weight_decay': expected >= 0, got -0.1"),
+        ('{"beta1": 1.5}', "field 'beta1': expected in [0, 1), got 1.5"),
+        (
+            '{"warmup": 2.5}',
+            "field 'warmup': expected a fraction of the run in [0, 1] (a float) or a number of steps 0 or >= 2 "
+            "(an int; Levanter reads 1 as the whole run), got 2.5",
+        ),
+        ('{"min_lr_ratio": 3.0}', "field 'min_lr_ratio': expected in [0, 1], got 3.0"),
+        ('{"max_grad_norm": -1}', "field 'max_grad_norm': expected > 0 (None: no clipping), got -1.0"),
+    ],
+)
+def test_cli_an_optimizer_value_out_of_range(tmp_path, optimizer, message):
+    ws = new_workspace(
+        tmp_path / "ws", {"p/BUILD.marin": _TRAIN_LM.format(optimizer=optimizer)}, 'rules = ["rules.lm"]'
+    )
+    result = build(ws, "//p:model")
+    assert_bad_input(result, ws, "p/BUILD.marin", 3, f"train_lm 'model': attribute 'optimizer': {message}")

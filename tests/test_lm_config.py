@@ -21,7 +21,7 @@ from conftest import build_json, keys
 from helpers_workspace import assert_bad_input, build, loader_for, run_cli
 
 from marinbuild.targets import attrs as types
-from rules import lm_config
+from rules import lm_config, lm_ranges
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n'
@@ -106,12 +106,71 @@ def test_a_value_outside_the_choices_fails_with_a_suggestion(make_workspace) -> 
     assert "hint: did you mean 'cosine'?" in result.stderr, result.stderr
 
 
+_PART_OF_RUN = (
+    "a fraction of the run in [0, 1] (a float) or a number of steps 0 or >= 2 (an int; Levanter reads 1 as the "
+    "whole run)"
+)
+
+
 @pytest.mark.parametrize(
     ("attribute", "value", "message"),
     [
-        ("trainer", '{"steps": 1}', "trainer: steps must be at least 2"),
-        ("trainer", '{"steps": 6, "batch_size": 0}', "trainer: batch_size must be positive, got 0"),
+        ("optimizer", '{"learning_rate": 0.0}', "field 'learning_rate': expected > 0, got 0.0"),
+        ("optimizer", '{"weight_decay": -1}', "field 'weight_decay': expected >= 0, got -1.0"),
+        ("optimizer", '{"beta2": 1.0}', "field 'beta2': expected in [0, 1), got 1.0"),
+        ("optimizer", '{"beta1": -0.1}', "field 'beta1': expected in [0, 1), got -0.1"),
+        ("optimizer", '{"epsilon": 0}', "field 'epsilon': expected > 0, got 0.0"),
+        # A float is a fraction of the run, an int a number of steps; Levanter reads 1 as a fraction.
+        ("optimizer", '{"warmup": 1}', f"field 'warmup': expected {_PART_OF_RUN}, got 1"),
+        ("optimizer", '{"warmup": 100.0}', f"field 'warmup': expected {_PART_OF_RUN}, got 100.0"),
+        ("optimizer", '{"decay": -2}', f"field 'decay': expected {_PART_OF_RUN}, got -2"),
+        ("optimizer", '{"min_lr_ratio": -0.1}', "field 'min_lr_ratio': expected in [0, 1], got -0.1"),
+        ("optimizer", '{"update_rms_clipping": 0}', "field 'update_rms_clipping': expected > 0, got 0.0"),
+        ("trainer", '{"steps": 1}', "field 'steps': expected >= 2 (Levanter never checkpoints its step 0), got 1"),
+        ("trainer", '{"steps": 6, "batch_size": 0}', "field 'batch_size': expected >= 1, got 0"),
+        ("trainer", '{"steps": 6, "eval_interval": -3}', "field 'eval_interval': expected >= 1, got -3"),
+        ("trainer", '{"steps": 6, "max_eval_batches": 0}', "field 'max_eval_batches': expected >= 1, got 0"),
+        ("model", '{"seq_len": 0}', "field 'seq_len': expected >= 1, got 0"),
+        ("model", '{"hidden_dim": -32}', "field 'hidden_dim': expected >= 1, got -32"),
+        ("model", '{"intermediate_dim": 0}', "field 'intermediate_dim': expected >= 1, got 0"),
+        ("model", '{"num_layers": 0}', "field 'num_layers': expected >= 1, got 0"),
+        ("model", '{"num_heads": 0}', "field 'num_heads': expected >= 1, got 0"),
+        ("model", '{"num_kv_heads": 0}', "field 'num_kv_heads': expected >= 1, got 0"),
+        ("model", '{"layer_norm_epsilon": 0}', "field 'layer_norm_epsilon': expected > 0, got 0.0"),
+        ("model", '{"family": "qwen", "hidden_dim": 0}', "field 'hidden_dim': expected >= 1, got 0"),
+        (
+            "model",
+            '{"family": "olmo2", "attention_dropout": 1.5}',
+            "field 'attention_dropout': expected in [0, 1), got 1.5",
+        ),
+    ],
+)
+def test_a_value_out_of_range_fails_at_load_with_the_field_the_range_and_the_value(
+    make_workspace, attribute: str, value: str, message: str
+) -> None:
+    ws = _workspace(make_workspace, **{attribute: value})
+    assert_bad_input(
+        build(ws, "//exp:model"), ws, BUILD_FILE, TRAIN_LINE, f"train_lm 'model': attribute '{attribute}': {message}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value", "message"),
+    [
         ("model", '{"num_heads": 3, "num_kv_heads": 2}', "model: num_heads (3) must be a multiple of num_kv_heads (2)"),
+        # The warmup and decay of a run within its steps, as Levanter counts them.
+        ("optimizer", '{"warmup": 10}', "optimizer: warmup (10: 10 steps) takes more than the run's 6 steps"),
+        (
+            "optimizer",
+            '{"warmup": 0.5, "decay": 0.7, "lr_schedule": "linear"}',
+            "optimizer: warmup (0.5: 3 steps) and decay (0.7: 4 steps) take more than the run's 6 steps",
+        ),
+        (
+            "optimizer",
+            '{"decay": 0.1}',
+            "optimizer: the decay takes none of the run's 6 steps (warmup 0.01: 0 steps, decay 0.1), and "
+            "Levanter's cosine schedule needs at least one",
+        ),
     ],
 )
 def test_fields_that_do_not_fit_together_fail_at_load(make_workspace, attribute: str, value: str, message: str) -> None:
@@ -162,12 +221,13 @@ def test_a_bad_field_of_a_family_fails_at_load_with_the_line(
 @pytest.mark.parametrize(
     ("model", "message"),
     [
-        (_mixtral(num_experts_per_tok=5), "model: num_experts_per_tok (5) must be from 1 to n_routed_experts (4)"),
-        (_mixtral(num_experts_per_tok=0), "model: num_experts_per_tok (0) must be from 1 to n_routed_experts (4)"),
-        (_mixtral(n_shared_experts=-1), "model: n_shared_experts must be 0 or more, got -1"),
+        (_mixtral(num_experts_per_tok=5), "model: num_experts_per_tok (5) must be at most n_routed_experts (4)"),
         (_mixtral(num_kv_heads=3), "model: num_heads (2) must be a multiple of num_kv_heads (3)"),
-        ('{"family": "olmo2", "attention_dropout": 1.5}', "model: attention_dropout must be from 0 to below 1"),
-        ('{"family": "qwen", "hidden_dim": 0}', "model: hidden_dim must be positive, got 0"),
+        # The ranges of a mixture's own fields.
+        (_mixtral(num_experts_per_tok=0), "attribute 'model': field 'num_experts_per_tok': expected >= 1, got 0"),
+        (_mixtral(n_routed_experts=0), "attribute 'model': field 'n_routed_experts': expected >= 1, got 0"),
+        (_mixtral(n_shared_experts=-1), "attribute 'model': field 'n_shared_experts': expected >= 0, got -1"),
+        (_mixtral(lbl_coef=-0.01), "attribute 'model': field 'lbl_coef': expected >= 0, got -0.01"),
     ],
 )
 def test_a_family_s_fields_that_do_not_fit_together_fail_at_load(make_workspace, model: str, message: str) -> None:
@@ -311,6 +371,59 @@ def test_the_schema_is_part_of_the_type_name() -> None:
     assert "eval_interval: int = <steps>" in lm_config.TRAINER.name
 
 
+# -- the ranges (rules/lm_ranges.py) --------------------------------------------------------
+
+
+def _schemas() -> dict[str, dict[str, list[types.Field]]]:
+    """{dict kind: {family or "": its fields}} of every dict the table covers."""
+    from rules.sft import LORA_FIELDS
+
+    return {
+        "model": {name: list(family.fields) for name, family in lm_config.FAMILIES.items()},
+        "optimizer": {"": list(lm_config.OPTIMIZER_FIELDS)},
+        "trainer": {"": list(lm_config.TRAINER_FIELDS)},
+        "lora": {"": list(LORA_FIELDS)},
+    }
+
+
+def _numeric(field: types.Field) -> bool:
+    return int in field.kinds or float in field.kinds
+
+
+def test_every_numeric_field_has_a_range_that_holds_its_default() -> None:
+    for kind, variants in _schemas().items():
+        fields = [field for variant in variants.values() for field in variant]
+        assert set(lm_ranges.RANGES[kind]) == {field.name for field in fields if _numeric(field)}, kind
+        for field in fields:
+            default = field.default
+            if _numeric(field) and isinstance(default, (int, float)) and not isinstance(default, bool):
+                assert default in lm_ranges.RANGES[kind][field.name], (kind, field.name, default)
+
+
+def _outside(found: lm_ranges.Range, field: types.Field) -> int | float:
+    """A value of `field`'s kind just outside `found`."""
+    if isinstance(found, lm_ranges.FractionOrSteps):
+        return 1
+    value = found.low if found.low_open else found.low - 1
+    return value if int in field.kinds else float(value)
+
+
+def test_every_dict_type_refuses_each_field_out_of_range() -> None:
+    """The types of train_lm's and sft_lm's attributes check the whole table, each family's
+    model fields included (the CLI tests take one of each group)."""
+    from rules.sft import LORA
+
+    kinds = {"model": lm_config.MODEL, "optimizer": lm_config.OPTIMIZER, "trainer": lm_config.TRAINER, "lora": LORA}
+    required = {"trainer": {"steps": 6}}
+    for kind, variants in _schemas().items():
+        for family, fields in variants.items():
+            for field in filter(_numeric, fields):
+                value = _outside(lm_ranges.RANGES[kind][field.name], field)
+                tagged = {"family": family} if family else {}
+                with pytest.raises(types.AttrError, match=rf"^field '{field.name}': expected .*, got {value!r}$"):
+                    kinds[kind].normalize({**required.get(kind, {}), **tagged, field.name: value}, "")
+
+
 # -- in step with Levanter --------------------------------------------------------------------
 
 
@@ -379,6 +492,25 @@ def test_the_schema_matches_levanters_config_classes(kind: str) -> None:
         assert cls.get_choice_name(cls) == kind
         hf_config = cls().to_hf_config(vocab_size=10)
         assert hf_config.model_type == lm_config.FAMILIES[kind].hf_model_type
+
+
+def test_a_part_of_the_run_in_range_is_what_levanter_reads_as_the_field_says() -> None:
+    """warmup, decay, rewarmup, cycle_length: each value in range is one Levanter's schedule
+    accepts, a float read as a fraction of the run and an int as that many steps; 1 and a
+    float above 1, which Levanter would read otherwise than they are written, are out."""
+    from levanter.optim.config import _convert_frac_or_steps
+
+    steps = 1000
+    part = lm_ranges.RANGES["optimizer"]["warmup"]
+    for value in (0, 2, 3, 999, 0.0, 0.001, 0.5, 1.0):
+        assert value in part
+        read = _convert_frac_or_steps(value, steps)
+        assert read == (int(value * steps) if isinstance(value, float) else value), value
+    for value in (1, -1, 1.5, 2.0, 100.0, -0.1):
+        assert value not in part
+    assert _convert_frac_or_steps(1, steps) == steps  # what an int 1 would mean: the whole run
+    cycle = lm_ranges.RANGES["optimizer"]["cycle_length"]
+    assert 0 not in cycle and 0.0 not in cycle and 0.5 in cycle and 2 in cycle
 
 
 def test_the_resolved_configs_build_levanters_configs(tmp_path: Path) -> None:

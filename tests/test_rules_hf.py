@@ -10,12 +10,14 @@ Hub checkpoints come from a Hub-layout cache on disk (`helpers_hub`), never the 
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 from conftest import build_json, cli_env, run_cli
+from helpers_checkpoints import hub_checkpoint, llama_config, llama_weights, safetensors_file
 from helpers_workspace import assert_bad_declarations
 from test_rules_lm import CONFIG, TRAIN_TIMEOUT_S, _workspace
 
@@ -259,3 +261,103 @@ def test_hf_model_attributes_are_checked_at_load(make_workspace) -> None:
         ),
     ]
     assert_bad_declarations(make_workspace, cases, config=CONFIG)
+
+
+def _header(data: bytes) -> tuple[dict, bytes]:
+    """A safetensors file's header, and the bytes after it."""
+    (length,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8 : 8 + length]), data[8 + length :]
+
+
+def _with_header(header: dict, rest: bytes) -> bytes:
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + rest
+
+
+def test_hub_checkpoints_are_checked_to_their_headers_before_anything_is_published(make_workspace, offline_hub) -> None:
+    """Checkpoints in the shapes save_pretrained writes pass; one cut short, with a hostile or
+    inconsistent header, an index that disagrees with its shards, or weights of other shapes
+    than config.json says fails in one line naming the file, and nothing is published."""
+    config = llama_config()
+    weights = llama_weights(config)
+    whole, sharded = hub_checkpoint(config, weights), hub_checkpoint(config, weights, shards=3)
+    tied_config = llama_config(tie_word_embeddings=True)
+    data = whole["model.safetensors"]
+    header, tensors = _header(data)
+    body = len(tensors)
+    first, second = sorted(
+        (name for name in header if name != "__metadata__"), key=lambda n: header[n]["data_offsets"]
+    )[:2]
+    overlapping = json.loads(json.dumps(header))
+    overlapping[second]["data_offsets"] = [o - 4 for o in header[second]["data_offsets"]]
+    index = json.loads(sharded["model.safetensors.index.json"])
+    misplaced = {**index, "weight_map": {**index["weight_map"], "lm_head.weight": "model-00003-of-00003.safetensors"}}
+    outside = {**index, "weight_map": {**index["weight_map"], "lm_head.weight": "../model.safetensors"}}
+    cases: dict[str, dict[str, str | bytes]] = {
+        "whole": whole,
+        "sharded": sharded,
+        "tied": hub_checkpoint(tied_config, llama_weights(tied_config)),
+        "cut_short": whole | {"model.safetensors": data[:-100]},
+        "cut_in_header": whole | {"model.safetensors": data[:40]},
+        "huge_header": whole | {"model.safetensors": struct.pack("<Q", 2**63) + data[8:]},
+        "not_json": whole | {"model.safetensors": data[:8] + b"\x00not json" + data[17:]},
+        "overlapping": whole | {"model.safetensors": _with_header(overlapping, tensors)},
+        "missing_shard": {k: v for k, v in sharded.items() if k != "model-00002-of-00003.safetensors"},
+        "misplaced": sharded | {"model.safetensors.index.json": json.dumps(misplaced)},
+        "outside": sharded | {"model.safetensors.index.json": json.dumps(outside)},
+        "wide_vocabulary": whole | {"config.json": json.dumps(llama_config(vocab_size=65))},
+        "deeper": whole | {"config.json": json.dumps(llama_config(num_hidden_layers=3))},
+        "other_heads": whole
+        | {"model.safetensors": safetensors_file(llama_weights(llama_config(num_key_value_heads=4)))},
+    }
+    files = {f"m/{case}/{name}": content for case, checkpoint in cases.items() for name, content in checkpoint.items()}
+    build = "".join(
+        f'filegroup(name = "{case}", srcs = glob(["{case}/*"]))\nhf_model(name = "{case}_model", dir = ":{case}")\n'
+        for case in cases
+    )
+    offline_hub.add("model", "acme/sharded-llama", sharded)
+    build += f'hf_model(name = "hub_model", hub = "acme/sharded-llama", revision = "{offline_hub.commit}")\n'
+    ws = make_workspace({"m/BUILD.marin": build, **files}, config=CONFIG)
+    built = build_json(ws, "--keep-going", "//m:all", expect_rc=1)
+    assert "Traceback" not in built["stderr"]
+    outcomes = {
+        label.rpartition(":")[2]: item["reason"] if item["status"] == "failed" else item["status"]
+        for label, item in built["by_label"].items()
+        if label.endswith("_model")
+    }
+    assert outcomes == {
+        "whole_model": "built",
+        "sharded_model": "built",
+        "tied_model": "built",
+        "hub_model": "built",
+        "cut_short_model": f"//m:cut_short: model.safetensors is cut short: its header declares {body:,} bytes of "
+        f"tensors, and {body - 100:,} follow it",
+        "cut_in_header_model": f"//m:cut_in_header: model.safetensors is cut short: it declares a header of "
+        f"{len(data) - body - 8:,} bytes, and the whole file is 40",
+        "huge_header_model": "//m:huge_header: model.safetensors declares a header of 9,223,372,036,854,775,808 "
+        "bytes, more than the 100,000,000 safetensors reads",
+        "not_json_model": "//m:not_json: model.safetensors has a header that is not JSON (Expecting value: line 1 "
+        "column 1 (char 0))",
+        "overlapping_model": f"//m:overlapping: model.safetensors declares {first} and {second} at overlapping "
+        f"offsets (bytes {header[second]['data_offsets'][0] - 4:,} to {header[first]['data_offsets'][1]:,})",
+        "missing_shard_model": "//m:missing_shard holds no weights: model.safetensors.index.json names shards that "
+        "are not there: model-00002-of-00003.safetensors",
+        "misplaced_model": "//m:misplaced: model.safetensors.index.json puts lm_head.weight in "
+        "model-00003-of-00003.safetensors, which does not hold it",
+        "outside_model": "//m:outside: model.safetensors.index.json names shards that are not .safetensors files "
+        "beside it: ['../model.safetensors']",
+        "wide_vocabulary_model": "//m:wide_vocabulary: model.safetensors: model.embed_tokens.weight has shape "
+        "[64, 16], but config.json makes it [vocab_size, hidden_size] = [65, 16]",
+        "deeper_model": "//m:deeper: model.safetensors holds 2 layers (0 to 1), but config.json says "
+        "num_hidden_layers 3",
+        "other_heads_model": "//m:other_heads: model.safetensors: model.layers.0.self_attn.k_proj.weight has "
+        "shape [16, 16], but config.json makes it [num_key_value_heads*head_dim, hidden_size] = [8, 16]",
+    }
+    published = [json.loads(path.read_text()) for path in (ws / "cache").rglob("summary.json")]
+    assert sorted(summary["source"].get("dir", "hub") for summary in published) == [
+        "//m:sharded",
+        "//m:tied",
+        "//m:whole",
+        "hub",
+    ]

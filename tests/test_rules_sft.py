@@ -167,6 +167,77 @@ def test_fine_tuning_with_and_without_lora(tmp_path: Path) -> None:
     assert "lora.r" in table.splitlines()[0] and "best by eval_loss (lowest): //exp:sft" in table, table
 
 
+# The other families train_lm trains, fine-tuned as a Llama is: a Mixtral from its train_lm
+# run (exported in the step) with every weight and with LoRA, a Qwen 2 from its run, an
+# OLMo 2 from its Hugging Face checkpoint; and a checkpoint of a family train_lm does not train.
+FAMILIES = f"""
+load("//rules:lm.star", "lora", "mixtral", "olmo2", "qwen")
+python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
+bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
+tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
+chat_data(name = "chats", sample_count = 120, answer_characters = 120, validation_fraction = 0.1)
+train_lm(
+    name = "moe",
+    data = ":tokens",
+    model = mixtral(hidden = 32, layers = 1, heads = 2, experts = 4, experts_per_token = 2, intermediate = 64,
+                    seq_len = 64),
+    optimizer = {{"learning_rate": 3e-3}},
+    trainer = {TRAINER},
+)
+sft_lm(name = "moe_sft", model = ":moe", data = ":chats", optimizer = {{"learning_rate": 3e-3}}, trainer = {TRAINER})
+sft_lm(name = "moe_lora", model = ":moe", data = ":chats", optimizer = {{"learning_rate": 1e-2}}, trainer = {TRAINER},
+       lora = lora(r = 4, alpha = 8.0))
+export_hf(name = "moe_sft_hf", model = ":moe_sft")
+train_lm(name = "qwen", data = ":tokens", model = qwen(hidden = 32, layers = 1, heads = 2, seq_len = 64),
+         optimizer = {{"learning_rate": 3e-3}}, trainer = {TRAINER})
+sft_lm(name = "qwen_sft", model = ":qwen", data = ":chats", optimizer = {{"learning_rate": 3e-3}}, trainer = {TRAINER})
+train_lm(name = "olmo2", data = ":tokens", model = olmo2(hidden = 32, layers = 1, heads = 2, seq_len = 64),
+         optimizer = {{"learning_rate": 3e-3}}, trainer = {TRAINER})
+export_hf(name = "olmo2_hf", model = ":olmo2")
+hf_model(name = "olmo2_base", dir = ":olmo2_hf", family = "olmo2")
+sft_lm(name = "olmo2_sft", model = ":olmo2_base", data = ":chats", optimizer = {{"learning_rate": 3e-3}},
+       trainer = {TRAINER})
+py_step(name = "gpt2", fn = "steps.py:checkpoint", deps = ["gpt2.json"])
+sft_lm(name = "gpt2_sft", model = ":gpt2", data = ":chats", trainer = {TRAINER})
+"""
+# A step that makes a checkpoint of its input: its config.json, at its output's root.
+CHECKPOINT_STEP = """
+import shutil
+
+def checkpoint(ctx):
+    shutil.copyfile(ctx.location("//exp:gpt2.json"), ctx.out / "config.json")
+"""
+
+
+def test_every_family_train_lm_trains_is_fine_tuned(tmp_path: Path) -> None:
+    from transformers import GPT2Config
+
+    ws = _ws(tmp_path / "ws", FAMILIES)
+    (ws / "exp" / "steps.py").write_text(CHECKPOINT_STEP)
+    GPT2Config(vocab_size=300, n_positions=64, n_embd=32, n_layer=1, n_head=2).to_json_file(ws / "exp" / "gpt2.json")
+    data = _build(ws, "--keep-going", "//exp:all", expect_rc=1)
+
+    # A family sft_lm cannot start from fails in one line saying which it can, before any work.
+    assert data["//exp:gpt2_sft"]["reason"] == (
+        "model: its config.json says model_type 'gpt2'; sft_lm fine-tunes Llama (llama), Mixtral (mixtral), "
+        "Qwen 2 (qwen2), OLMo 2 (olmo2)"
+    )
+    assert "Traceback" not in data["stderr"]
+    failed = {label for label, item in data.items() if label != "stderr" and item["status"] != "built"}
+    assert failed == {"//exp:gpt2_sft"}
+
+    # Each learns to answer, as the model it started from: its family and architecture.
+    for name, base in (("moe_sft", "moe"), ("moe_lora", "moe"), ("qwen_sft", "qwen"), ("olmo2_sft", "olmo2")):
+        summary = _read(data, f"//exp:{name}", "summary.json")
+        assert summary["eval_loss"] < summary["initial_eval_loss"] - 0.1, (name, summary)
+        assert (
+            _read(data, f"//exp:{name}", "model.json")["model"] == _read(data, f"//exp:{base}", "model.json")["model"]
+        ), name
+    # The fine-tuned Mixtral exports as a Mixtral, its experts trained.
+    config = json.loads((Path(data["//exp:moe_sft_hf"]["output"]) / "config.json").read_text())
+    assert (config["model_type"], config["num_local_experts"], config["num_experts_per_tok"]) == ("mixtral", 4, 2)
+
+
 # A Hugging Face checkpoint as transformers writes one (a Hub model's form): a random tiny
 # Llama, saved by PyTorch in a process of its own (the steps never import torch).
 RANDOM_LLAMA = """
@@ -344,16 +415,28 @@ def test_chat_data_is_conversations_from_the_standard_library(make_workspace) ->
 def test_sft_lm_attributes_are_checked_at_load(make_workspace) -> None:
     sft = 'sft_lm(name = "m", model = ":d", data = ":d", trainer = {"steps": 4}'
     cases = [
-        (sft + ', lora = {"r": 0})', "lora: r (the rank of the adapters) must be at least 1, got 0"),
+        (sft + ', lora = {"r": 0})', "attribute 'lora': field 'r': expected >= 1, got 0"),
         (sft + ', lora = {"rank": 4})', "attribute 'lora': unknown field 'rank'"),
-        (sft + ', lora = {"alpha": 0})', "lora: alpha must be positive"),
-        (sft + ', lora = {"dropout": 1.0})', "lora: dropout must be in [0, 1)"),
+        (sft + ', lora = {"alpha": 0})', "attribute 'lora': field 'alpha': expected > 0, got 0.0"),
+        (sft + ', lora = {"alpha": -8.0})', "attribute 'lora': field 'alpha': expected > 0, got -8.0"),
+        (sft + ', lora = {"dropout": 1.0})', "attribute 'lora': field 'dropout': expected in [0, 1), got 1.0"),
+        (sft + ', lora = {"dropout": -0.1})', "attribute 'lora': field 'dropout': expected in [0, 1), got -0.1"),
         (sft + ', lora = {"target_modules": ".*"})', "lora: target_modules matches lm_head"),
         (sft + ', lora = {"target_modules": ".*c_attn"})', "lora: target_modules '.*c_attn' matches none"),
         (sft + ', lora = {"target_modules": "("})', "lora: target_modules is not a regex"),
         (sft + ', chat_template = "{{ messages }}")', "chat_template marks no assistant tokens"),
-        (sft + ", seq_len = 1)", "seq_len must be at least 2"),
-        ('sft_lm(name = "m", model = ":d", data = ":d", trainer = {"steps": 1})', "trainer: steps must be at least 2"),
+        (sft + ", seq_len = 1)", "attribute 'seq_len': expected >= 2 (a token and the next), got 1"),
+        # The optimizer and the trainer are train_lm's: the same ranges, the same schedule.
+        (
+            'sft_lm(name = "m", model = ":d", data = ":d", trainer = {"steps": 1})',
+            "attribute 'trainer': field 'steps': expected >= 2 (Levanter never checkpoints its step 0), got 1",
+        ),
+        (sft + ', optimizer = {"learning_rate": -3e-3})', "attribute 'optimizer': field 'learning_rate': expected > 0"),
+        (sft + ', optimizer = {"beta1": 1.5})', "attribute 'optimizer': field 'beta1': expected in [0, 1), got 1.5"),
+        (
+            sft + ', optimizer = {"warmup": 8})',
+            "optimizer: warmup (8: 8 steps) takes more than the run's 4 steps (trainer: steps)",
+        ),
         ('chat_data(name = "m", follow_ups = -1)', "follow_ups must be 0 or more"),
     ]
     assert_bad_declarations(make_workspace, cases, config=CONFIG)

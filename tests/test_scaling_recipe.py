@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
-from helpers_workspace import plan
+from helpers_workspace import assert_bad_input, build, error_line, plan, store_is_untouched
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = "//experiments/delphi"
@@ -147,15 +147,22 @@ def _moe_flops(attrs: dict, vocab_size: int) -> float:
     return 3 * config.flops_per_token(vocab_size) * trainer["steps"] * trainer["batch_size"] * model["seq_len"]
 
 
-def test_a_mixture_of_experts_recipe_counts_the_flops_of_its_active_experts(tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
+def _recipe_workspace(ws: Path, build_file: str) -> Path:
+    """A workspace of the ML rules whose package exp holds `build_file`, with the macros."""
     (ws / "rules").mkdir(parents=True)
     (ws / "rules" / "BUILD.marin").write_text("")
     for star in ("lm.star", "scaling.star"):
         (ws / "rules" / star).write_text((REPO / "rules" / star).read_text())
     (ws / "exp").mkdir()
-    (ws / "exp" / "BUILD.marin").write_text(MOE_BUILD)
-    (ws / "marinbuild.toml").write_text('rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n')
+    (ws / "exp" / "BUILD.marin").write_text(build_file)
+    (ws / "marinbuild.toml").write_text(
+        'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.scaling"]\n'
+    )
+    return ws
+
+
+def test_a_mixture_of_experts_recipe_counts_the_flops_of_its_active_experts(tmp_path: Path) -> None:
+    ws = _recipe_workspace(tmp_path / "ws", MOE_BUILD)
     targets = plan(ws, "//exp:all").targets
     runs = {
         label: target.attrs
@@ -202,3 +209,86 @@ def test_a_mixture_of_experts_recipe_counts_the_flops_of_its_active_experts(tmp_
         assert abs(wide[run] / count - 1) < 0.1, run
         assert wide[run] <= count
     assert all(moe[run] < dense[run] for run in moe.keys() & dense.keys()) and moe.keys() & dense.keys()
+
+
+# -- values out of range ------------------------------------------------------------------------
+
+RANGES_BUILD = """\
+load("//rules:scaling.star", "isoflop_sweep", "scaling_recipe")
+filegroup(name = "tokens")
+shape = dict(vocab_size = 300, seq_len = 64, widths = [32, 64, 128, 256], head_dim = 16, target_steps = 10,
+             min_batch = 1, max_batch = 64)
+isoflop_sweep(name = "sweep", budgets = [1e13], candidates_per_budget = 2, data = ":tokens",
+              recipe = scaling_recipe(**dict(shape, {fields})), evaluate = False)
+"""
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        # The recipe's own numbers: where the recipe is made, at the BUILD line that calls the macro.
+        ("lr_constant = -0.33", "scaling_recipe: field 'lr_constant': expected > 0, got -0.33"),
+        ("max_learning_rate = 0", "scaling_recipe: field 'max_learning_rate': expected > 0, got 0"),
+        ("head_dim = 0", "scaling_recipe: field 'head_dim': expected >= 1, got 0"),
+        ("widths = [0, 64]", "scaling_recipe: field 'widths': expected >= 1, got 0"),
+        ("seq_len = -64", "scaling_recipe: field 'seq_len': expected >= 1, got -64"),
+        ("min_batch = 0", "scaling_recipe: field 'min_batch': expected >= 1, got 0"),
+        ("target_steps = 0", "scaling_recipe: field 'target_steps': expected > 0, got 0"),
+        ("experts = 4, experts_per_token = 5", "scaling_recipe: experts_per_token (5) is more than experts (4)"),
+        ("min_batch = 64, max_batch = 8", "scaling_recipe: max_batch (8) is below min_batch (64)"),
+        # What it adds to each run's optimizer: train_lm's ranges, at the same line.
+        (
+            'optimizer = {"learning_rate": -3e-3}',
+            "attribute 'optimizer': field 'learning_rate': expected > 0, got -0.003",
+        ),
+        ('optimizer = {"beta2": 1.0}', "attribute 'optimizer': field 'beta2': expected in [0, 1), got 1.0"),
+        ('optimizer = {"weight_decay": -0.1}', "attribute 'optimizer': field 'weight_decay': expected >= 0, got -0.1"),
+    ],
+)
+def test_a_recipe_value_out_of_range_fails_at_the_build_line_that_uses_it(
+    tmp_path: Path, fields: str, message: str
+) -> None:
+    ws = _recipe_workspace(tmp_path / "ws", RANGES_BUILD.format(fields=fields))
+    result = build(ws, "//exp:all")
+    assert result.rc == 2 and "Traceback" not in result.stderr, result.stderr
+    error = error_line(result.stderr)
+    assert store_is_untouched(ws)
+    if message.startswith("scaling_recipe"):
+        assert re.fullmatch(
+            rf"marinbuild: error: rules/scaling\.star:\d+:\d+: fail: {re.escape(message)} "
+            r"\(in a macro called at exp/BUILD\.marin:6\)",  # the line of scaling_recipe(...)
+            error,
+        ), error
+    else:
+        # The train_lm target is declared by isoflop_sweep, at its line.
+        assert error.startswith("marinbuild: error: exp/BUILD.marin:5: train_lm 'sweep-1e13-d") and error.endswith(
+            message
+        ), error
+
+
+FIT_BUILD = """\
+load("//rules:scaling.star", "isoflop_sweep", "scaling_recipe")
+filegroup(name = "tokens")
+shape = dict(vocab_size = 300, seq_len = 64, widths = [32, 64, 128, 256], head_dim = 16, target_steps = 10,
+             min_batch = 1, max_batch = 64)
+runs = isoflop_sweep(name = "sweep", budgets = [1e13, 1e14], candidates_per_budget = 2, data = ":tokens",
+                     recipe = scaling_recipe(**shape), evaluate = False)
+"""
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value", "message"),
+    [
+        ("huber_delta", "0", "expected > 0, got 0"),
+        ("noise_floor", "-0.01", "expected >= 0, got -0.01"),
+        ("bootstrap", "-1", "expected >= 0, got -1"),
+    ],
+)
+def test_a_fit_s_number_out_of_range_fails_at_its_line(
+    tmp_path: Path, attribute: str, value: str, message: str
+) -> None:
+    fit = f'fit_scaling_law(name = "fit", runs = runs, {attribute} = {value})\n'
+    ws = _recipe_workspace(tmp_path / "ws", FIT_BUILD + fit)
+    assert_bad_input(
+        build(ws, "//exp:fit"), ws, "exp/BUILD.marin", 7, f"fit_scaling_law 'fit': attribute '{attribute}': {message}"
+    )

@@ -165,6 +165,10 @@ def checkpoint_name(label: str, step: int) -> str:
     return f"{label} at step {step}"
 
 
+# Reads a file of a key's scratch space, by its path relative to it: its bytes, None if absent.
+ReadScratch = Callable[[str], "bytes | None"]
+
+
 @dataclass(frozen=True)
 class Rule:
     """A kind of step. Bump `version` when a change of `impl` should rebuild old outputs."""
@@ -210,10 +214,11 @@ class Rule:
     # For a step whose bytes are not reproducible (training): `rerun --check` compares these
     # metrics, each within its relative tolerance, instead of the output bytes.
     check_metrics: Mapping[str, float] | None = None
-    # For a resumable rule: given the files of a key's scratch space (paths relative to it),
-    # where a new attempt would resume, in words ("the checkpoint at step 10"); None: from
-    # the start. `build`, `build --dry-run` and `explain` say so.
-    resume_point: Callable[[Sequence[str]], str | None] | None = None
+    # For a resumable rule: given the files of a key's scratch space (paths relative to it)
+    # and a function reading one (its bytes, None if absent), where a new attempt would
+    # resume, in words ("the checkpoint at step 10"); None: from the start. `build`, `build
+    # --dry-run` and `explain` say so.
+    resume_point: Callable[[Sequence[str], ReadScratch], str | None] | None = None
     # For a rule whose steps pass through states worth keeping (train_lm's checkpoints): the
     # attribute listing the steps a target keeps. Each kept state is its own entry, under a
     # key derived from the target's key and the step (`keys.checkpoint_recipe`), published
