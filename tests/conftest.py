@@ -148,6 +148,20 @@ def start_cli(ws: Path, *args: str, store: str | None = None, own_group: bool = 
     )
 
 
+def start_to_kill(ws: Path, *args: str) -> subprocess.Popen:
+    """`cli_command(ws, *args)` left running in a process group of its own, its output
+    discarded: for a test that kills it (`os.killpg` reaches its steps' processes too) and
+    then reads what it left in the store."""
+    return subprocess.Popen(
+        cli_command(ws, *args),
+        cwd=ws,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 

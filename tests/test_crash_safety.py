@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,10 +15,10 @@ from conftest import (
     CLI_TIMEOUT_S,
     ac_entries,
     build_json,
-    cli_env,
     entry_path,
     entry_problems,
     output_text,
+    start_to_kill,
     statuses,
 )
 
@@ -61,14 +60,7 @@ def check_store(store: Path) -> int:
 
 
 def _start_build(ws: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "--jobs", "2", "//pkg:all"],
-        cwd=ws,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=cli_env(),
-        start_new_session=True,  # its own process group: killpg reaches bash and sleep too
-    )
+    return start_to_kill(ws, "build", "--jobs", "2", "//pkg:all")
 
 
 def test_sigkill_at_random_moments_never_publishes_a_bad_entry(make_workspace):

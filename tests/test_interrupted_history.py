@@ -17,7 +17,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import CLI_TIMEOUT_S, cli_command, cli_env, run_cli
+from conftest import CLI_TIMEOUT_S, run_cli, start_to_kill
 
 from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
@@ -37,14 +37,7 @@ def _pipeline(marker: str, more: str = "") -> dict[str, str]:
 def _stop_mid_step(ws, marker: str, signum: int) -> None:
     """Build //pkg:all and send `signum` to the builder alone (as `kill` or a job scheduler
     would) once the step sleeping `marker` seconds runs; return when that step is gone."""
-    builder = subprocess.Popen(
-        cli_command(ws, "build", "//pkg:all"),
-        cwd=ws,
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    builder = start_to_kill(ws, "build", "//pkg:all")
     try:
         deadline = time.monotonic() + CLI_TIMEOUT_S
         while subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True).returncode != 0:

@@ -16,11 +16,10 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
-from conftest import cli_command, cli_env, run_cli, statuses
+from conftest import run_cli, start_to_kill, statuses
 from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build, _output, _workspace
 
 from rules.lm import resume_point
@@ -63,14 +62,7 @@ def _complete(scratch: Path) -> set[int]:
 def _kill_between_a_checkpoint_and_its_line(ws: Path) -> tuple[int, int]:
     """Build the model and kill the build once a complete checkpoint's step has no metrics
     line yet and an earlier checkpoint's has: (the step of that checkpoint, the earlier one's)."""
-    build = subprocess.Popen(
-        cli_command(ws, "build", f"{PKG}:model"),
-        cwd=ws,
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    build = start_to_kill(ws, "build", f"{PKG}:model")
     seen: set[int] = set()
     deadline = time.monotonic() + TRAIN_TIMEOUT_S
     try:

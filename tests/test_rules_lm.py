@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import build_json, cli_command, cli_env, keys, run_cli, statuses
+from conftest import build_json, keys, run_cli, start_to_kill, statuses
 
 import marinbuild
 from marinbuild.provenance.rerun import check_outputs
@@ -176,14 +176,7 @@ def test_killed_training_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
     ws = _workspace(tmp_path / "ws", _build_file(trainer=trainer, keep="[9]") + _COOLDOWN)
     _build(ws, f"{PKG}:tokens")
 
-    build = subprocess.Popen(
-        cli_command(ws, "build", f"{PKG}:model"),
-        cwd=ws,
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    build = start_to_kill(ws, "build", f"{PKG}:model")
     try:
         # Killed once the second checkpoint is saved: the first one's step is logged by then.
         # The kept checkpoint at step 9 was published while it trained (issue #19, part 3).

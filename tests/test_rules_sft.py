@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from conftest import build_json, cli_command, cli_env, run_cli, statuses
+from conftest import build_json, cli_env, run_cli, start_to_kill, statuses
 from helpers_workspace import assert_bad_declarations
 from test_rules_hf import _logits
 from test_rules_lm import _wait_for_checkpoint, _workspace
@@ -280,14 +280,7 @@ sft_lm(name = "sft", model = ":base", data = ":chats", trainer = {trainer}, lora
     (ws / "marinbuild.toml").write_text(CONFIG)
     _build(ws, "//exp:base", "//exp:chats")
 
-    build = subprocess.Popen(
-        cli_command(ws, "build", "//exp:sft"),
-        cwd=ws,
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    build = start_to_kill(ws, "build", "//exp:sft")
     try:  # killed once the second checkpoint is saved: the first one's step is logged by then
         _wait_for_checkpoint(ws / "cache" / "scratch", build, at_least=19)
     finally:
