@@ -298,3 +298,25 @@ def test_ci_installs_every_tool_a_test_requires_and_makes_its_absence_an_error()
     assert re.search(r"apt-get install -y -q chromium chromium-driver graphviz bazel-bootstrap iproute2\n", ci)
     export = ci.index(f"export {REQUIRE_TOOLS}=1")
     assert export < ci.index(".venv/bin/python -m pytest"), "set before the test suite runs"
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    """docs/guarantees.md and the others prove each promise by naming its test
+    (`test_file.py::test_name`): a test renamed or removed must not leave a promise whose
+    proof is gone."""
+    named = [
+        (doc.relative_to(ROOT), file, name)
+        for doc in DOCS
+        for file, name in re.findall(r"\b(test_\w+\.py)::(test_\w+)", doc.read_text())
+    ]
+    assert len(named) > 50, "the docs name their tests"
+    missing = [
+        f"{doc}: {file}::{name}"
+        for doc, file, name in named
+        if not re.search(rf"^def {name}\(", _source(ROOT / "tests" / file), re.MULTILINE)
+    ]
+    assert not missing, missing
+
+
+def _source(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
