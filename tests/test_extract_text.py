@@ -1,7 +1,8 @@
 """`extract_text` (issue #29): the main text of WARC and HTML files as a sharded step — a unit
 per file, URLs and metadata kept, every record that gives no document a counted skip, a
 file that is no WARC a failed unit naming it — and what reruns downstream (`filter_text`)
-when a file is added or a filter's parameter changes."""
+when a file is added or a filter's parameter changes. Issue #35: crawls other tools wrote,
+and hostile pages, each record within its budget."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import build_json, run_cli, statuses
+from helpers_warc import ENGLISH, FRENCH, JAPANESE, html_response, warcio_records, warcprox_records, write_warc
 from helpers_workspace import assert_bad_input, build
 
 from rules.webdata.extract_text import held_out
@@ -73,8 +75,10 @@ extract_text(name = "text", srcs = [":pages"], validation_fraction = 0.2)
 
     summary = json.loads((out / "summary.json").read_text())
     expected = Counter(SKIP_REASONS[page["detail"] or page["kind"]] for page in truth if page not in with_text)
+    expected["warcinfo record"] = 4  # a file's first record
+    expected["request record"] = sum(page["detail"] != "truncated" for page in truth)  # before each response
     assert {reason: skip["count"] for reason, skip in summary["skipped"].items()} == expected
-    assert len(expected) >= 4  # several reasons met
+    assert len(expected) >= 6  # several reasons met
     assert summary["skipped"]["truncated record"]["first"].startswith("pages/warc/part-00003.warc.gz:record ")
     assert summary["documents"] == {"train": len(train), "validation": len(validation)}
     assert sorted(summary["files"]) == [f"pages/warc/part-{i:05d}.warc.gz" for i in range(4)]
@@ -182,11 +186,12 @@ def html_pages(make_workspace) -> Path:
 def test_html_files_give_a_document_each_and_bad_ones_counted_skips(html_pages):
     out = _output(build_json(html_pages, "//p:text"), "//p:text")
     documents = _documents(out, "train") + _documents(out, "validation")
-    assert sorted(document["id"] for document in documents) == ["site/good.html", "site/held.html"]
+    assert sorted(document["id"] for document in documents) == ["site/good.html", "site/held.html", "site/latin1.html"]
     assert all("url" not in document and document["text"].startswith("A page") for document in documents)
+    # A page that declares no charset is read in the one detected (it was 'invalid text encoding').
+    assert next(d["text"] for d in documents if d["id"] == "site/latin1.html").endswith("caf\xe9 cr\xe8me br\xfbl\xe9e")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["skipped"] == {
-        "invalid text encoding": {"count": 1, "first": "site/latin1.html"},
         "no main text": {"count": 1, "first": "site/empty.html"},
         "too large": {"count": 1, "first": "site/huge.html"},
     }
@@ -199,3 +204,52 @@ def test_files_that_give_no_document_fail_the_step_with_their_skips(html_pages):
     rc, _, err = run_cli(html_pages, "build", "//p:text")
     assert rc == 1 and "no document extracted into the train split from 2 files" in err and "too large" in err, err
     assert "Traceback" not in err
+
+
+HOSTILE = """
+extract_text(name = "text", srcs = glob(["crawls/*"]), max_record_seconds = 0.5)
+"""
+
+
+def test_real_crawls_give_their_pages_and_a_hostile_page_is_a_counted_skip_the_unit_going_on(make_workspace, tmp_path):
+    """Issue #35's bad inputs through the step: a gzip body and a chunked one (warcio's and
+    warcprox's shapes) give their pages' text; a header naming `punycode` is a counted skip
+    (it failed the step with a traceback); a page nested 100,000 deep is skipped at once,
+    and a page within the depth that takes minutes is stopped at its time, the records after
+    it extracted."""
+    ws = make_workspace({"p/BUILD.marin": HOSTILE}, RULES)
+    crawls = ws / "p" / "crawls"
+    crawls.mkdir()
+    write_warc(crawls / "recording.warc.gz", warcio_records(ENGLISH))
+    write_warc(crawls / "proxy.warc", warcprox_records(FRENCH), "none")
+    html = [("Content-Type", "text/html")]
+    write_warc(
+        crawls / "hostile.warc.gz",
+        [
+            html_response("http://puny.example/", [("Content-Type", "text/html; charset=punycode")], b"<p>x</p>"),
+            html_response("http://deep.example/", html, b"<html><body>" + b"<div>" * 100_000 + b"</body></html>"),
+            html_response("http://slow.example/", html, b"<div>" * 400 + b"<p>slow</p>" * 200_000),
+            html_response(JAPANESE.url, html, JAPANESE.html('<meta charset="shift_jis">').encode("cp932")),
+        ],
+    )
+    built = build_json(ws, "//p:text")
+    out = _output(built, "//p:text")
+    documents = {d["url"]: d["text"] for d in _documents(out, "train") + _documents(out, "validation")}
+    assert documents == {page.url: page.text for page in (ENGLISH, FRENCH, JAPANESE)}
+    skipped = json.loads((out / "summary.json").read_text())["skipped"]
+    assert {reason: skipped[reason] for reason in ("unknown charset", "too deeply nested", "over time budget")} == {
+        "unknown charset": {"count": 1, "first": "crawls/hostile.warc.gz:record 1 (http://puny.example/)"},
+        "too deeply nested": {"count": 1, "first": "crawls/hostile.warc.gz:record 2 (http://deep.example/)"},
+        "over time budget": {"count": 1, "first": "crawls/hostile.warc.gz:record 3 (http://slow.example/)"},
+    }
+
+
+def test_a_budget_out_of_range_is_an_error_at_its_build_line(make_workspace):
+    for attribute, value, message in [
+        ("max_record_seconds", "0", "max_record_seconds must be positive and at most 86,400, got 0"),
+        ("max_nesting_depth", "1000000", "max_nesting_depth must be positive and at most 100,000, got 1000000"),
+    ]:
+        ws = make_workspace(
+            {"p/BUILD.marin": f'\nextract_text(name = "t", srcs = ["a.warc"], {attribute} = {value})\n'}, RULES
+        )
+        assert_bad_input(build(ws, "//p:t"), ws, "p/BUILD.marin", 2, f"extract_text 't': {message}")

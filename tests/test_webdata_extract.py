@@ -1,5 +1,6 @@
-"""Extraction from WARC files and HTML: documents keep where they came from, and every bad
-record is a counted skip with its reason (checked against the generated corpus's ground truth).
+"""Extraction from WARC files and HTML: documents keep where they came from, and every record
+that gives no document is a counted skip with its reason (checked against the generated
+corpus's ground truth). The shapes other tools write: tests/test_webdata_real_warcs.py.
 """
 
 from __future__ import annotations
@@ -81,8 +82,12 @@ def test_every_bad_record_is_a_skip_counted_by_its_reason(written) -> None:
     truth = _truth(written)
     expected = Counter(REASONS[entry["detail"]] for entry in truth if entry["kind"] == "malformed")
     expected["no main text"] = sum(entry["kind"] == "boilerplate" for entry in truth)
+    # Records of other types, by type: a warcinfo record a file, a request before each response.
+    expected["warcinfo record"] = len(list((written / WARC_DIRECTORY).iterdir()))
+    expected["request record"] = sum(entry["detail"] != "truncated" for entry in truth)
     assert skips.counts == expected
-    assert len(documents) + skips.total == len(truth)  # each response record: a document or a skip
+    records = len(truth) + expected["warcinfo record"] + expected["request record"]
+    assert len(documents) + skips.total == records  # each record: a document or a skip
     kept = {document.id for document in documents}
     assert kept == {entry["record_id"] for entry in truth if entry["kind"] not in ("malformed", "boilerplate")}
     assert skips.first["truncated record"].startswith("part-00001.warc.gz:record ")
@@ -162,11 +167,18 @@ def test_html_files_give_a_document_or_a_counted_skip(tmp_path, corpus) -> None:
     document = read_html(tmp_path / "page.html", skips)
     assert document is not None and document.id == "page.html" and document.url is None
     assert page.main_text.split("\n\n")[1][:60] in document.text
-    assert [read_html(tmp_path / name, skips) for name in ("latin1.html", "nav.html", "empty.html")] == [None] * 3
+    assert [read_html(tmp_path / name, skips) for name in ("nav.html", "empty.html")] == [None] * 2
     assert read_html(tmp_path / "page.html", skips, ExtractConfig(max_payload_bytes=100)) is None
-    assert skips.counts == {"invalid text encoding": 1, "no main text": 2, "too large": 1}
+    assert skips.counts == {"no main text": 2, "too large": 1}
+    latin1 = read_html(tmp_path / "latin1.html", skips)  # no charset declared: the one detected
+    assert latin1 is not None and latin1.text == "Caf\xe9 cr\xe8me"
 
 
 def test_a_bad_config_is_refused() -> None:
-    with pytest.raises(ValueError, match="max_payload_bytes and min_text_characters must be positive"):
-        ExtractConfig(max_payload_bytes=0)
+    for field in ("max_payload_bytes", "min_text_characters", "max_nesting_depth", "max_record_seconds"):
+        with pytest.raises(ValueError, match=rf"^{field} must be positive( and at most [\d,]+)?, got 0$"):
+            ExtractConfig(**{field: 0})
+    with pytest.raises(
+        ValueError, match="^max_record_seconds must be positive and at most 86,400, got 1000000000000.0$"
+    ):
+        ExtractConfig(max_record_seconds=1e12)  # a timer cannot be set so far

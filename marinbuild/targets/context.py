@@ -65,7 +65,7 @@ class ChildProcesses:
             if self.stopped:
                 raise StepFailed("the step was stopped before it started a process")
             process = subprocess.Popen(
-                [*self.prefix, *args], env=env, start_new_session=True, preexec_fn=_die_with_builder, **kwargs
+                [*self.prefix, *args], env=env, start_new_session=True, preexec_fn=die_with_parent, **kwargs
             )
             self._running.add(process)
         try:
@@ -95,7 +95,7 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls it
 
 
-def _die_with_builder() -> None:
+def die_with_parent() -> None:
     """In the child, before it runs the step's command: the kernel kills it when the
     builder's thread that started it dies, so a builder killed outright (SIGKILL, out of
     memory) leaves no step running on its own. (Its own session keeps it out of the

@@ -48,6 +48,15 @@ class Document:
         return record
 
 
+class Skipped(Exception):
+    """An input that gives no document, for a reason of `Skips`: raised where the reason is
+    found (deep in decoding a record), caught where inputs are counted."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 @dataclass
 class Skips:
     """Inputs a block passed over, counted by reason (`"not json"`, `"empty"`, ...).

@@ -2,13 +2,15 @@
 
 A sharded rule (docs/rules.md#sharded-steps): each input file is a unit of its own, keyed
 by its content, its name (which names its skips, and is an HTML page's id) and the
-extraction's parameters, so adding a file extracts only that file. Each unit runs
-`extract.read_warc` (or `read_html`) and writes the documents it kept, with their URL and
-metadata (WARC record id, date, content type), split into train and validation, and what
-it skipped, by reason: a record that is no HTTP response, not HTML, too large, cut short,
-empty, invalid in its charset, or without main text, and a WARC file whose framing breaks
-(its earlier records kept). A file that is not a WARC file at all fails its unit, which
-names it: it is a wrong input, not a bad record.
+extraction's parameters, so adding a file extracts only that file. Each unit extracts its
+file's records (`extract.warc_outcomes`, or `html_outcome`) in children forked from its
+process that bound each record's CPU time (`extract_worker`) and write the documents it
+kept, with their URL and metadata (WARC record id, date, content type), split into train
+and validation; the unit writes what it skipped, by reason: a record of another type than
+response, no HTTP response, not HTML, too large, cut short, empty, in a coding or charset
+that cannot be undone, nested too deep, over its time, or without main text, and a WARC
+file whose framing breaks (its earlier records kept). A file that is not a WARC file at
+all fails its unit, which names it: it is a wrong input, not a bad record.
 
 Which split a document goes to is a function of its id alone — validation when the first
 64 bits of BLAKE3(id), as a fraction of 2^64, fall below `validation_fraction` — so a file
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +33,14 @@ from marinbuild.targets import Attr, Resources, Rule, ShardResult, ShardUnit
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import JsonValue
 from marinbuild.targets.context import Context, StepFailed
-from rules.corpus_shards import PROGRESS_EVERY, SPLITS, SUMMARY
-from rules.webdata.documents import Document, Skips
+from rules.corpus_shards import SPLITS, SUMMARY
+from rules.webdata.documents import Document
 
 FORMATS = {"warc": (".warc", ".warc.gz"), "html": (".html", ".htm")}  # format -> the suffixes of its files
 _COUNTS = "counts.json"  # a unit's counts, beside its {split}.jsonl
 _KEY_CHARACTERS = 16  # of a unit's key, in its shards' names
-_CONFIG = ("max_payload_bytes", "min_text_characters")  # the attributes that make an `extract.ExtractConfig`
+# The attributes that make an `extract.ExtractConfig`.
+_CONFIG = ("max_payload_bytes", "min_text_characters", "max_nesting_depth", "max_record_seconds")
 
 
 def held_out(document_id: str, fraction: float) -> bool:
@@ -66,41 +70,41 @@ def _check(attrs: Mapping[str, JsonValue]) -> None:
 # -- a unit: one file -------------------------------------------------------------------------
 
 
-def _documents(ctx: Context, skips: Skips) -> Iterator[Document]:
-    from rules.webdata.extract import is_warc, read_html, read_warc
-
-    path, name, config = ctx.location("file"), ctx.attrs["name"], _config(ctx.attrs)
-    if ctx.attrs["format"] == "html":
-        document = read_html(path, skips, config, name)
-        if document is not None:
-            yield document
-        return
-    if not is_warc(path):
-        raise StepFailed(f"{name} is not a WARC file: it does not begin with a WARC record ('WARC/1.0' ...)")
-    yield from read_warc(path, skips, config, name)
-
-
 def extract_file(ctx: Context) -> None:
     """One unit: the documents of one file, by split, and its skips."""
-    skips = Skips()
-    counts: Counter[str] = Counter()
-    fraction = ctx.attrs["validation_fraction"]
-    with (
-        open(ctx.out / "train.jsonl", "w", encoding="utf-8") as train,
-        open(ctx.out / "validation.jsonl", "w", encoding="utf-8") as validation,
-    ):
-        for document in _documents(ctx, skips):
-            split = "validation" if held_out(document.id, fraction) else "train"
-            (validation if split == "validation" else train).write(
-                json.dumps(document.to_json(), ensure_ascii=False) + "\n"
-            )
-            counts[split] += 1
-            if counts.total() % PROGRESS_EVERY == 0:
-                ctx.progress(counts.total(), None, "docs")
-    ctx.progress(counts.total(), None, "docs")
-    (ctx.out / _COUNTS).write_text(
-        json.dumps({"documents": {split: counts[split] for split in SPLITS}, "skipped": skips.to_json()})
+    from rules.webdata.extract import is_warc
+
+    path, name, fmt = ctx.location("file"), ctx.attrs["name"], ctx.attrs["format"]
+    if fmt == "warc" and not is_warc(path):
+        raise StepFailed(f"{name} is not a WARC file: it does not begin with a WARC record ('WARC/1.0' ...)")
+    counts = extract_into(
+        ctx.out,
+        path,
+        fmt,
+        name,
+        _config(ctx.attrs),
+        ctx.attrs["validation_fraction"],
+        lambda done: ctx.progress(done, None, "docs"),
     )
+    ctx.progress(sum(counts["documents"].values()), None, "docs")
+    (ctx.out / _COUNTS).write_text(json.dumps(counts))
+
+
+def extract_into(
+    out: Path, path: Path, fmt: str, name: str, config: Any, fraction: float, progress: Callable[[int], None]
+) -> dict[str, Any]:
+    """The documents of one file into `out`/{split}.jsonl, a JSON line each, its records
+    extracted in a child that bounds each one's time (`extract_worker`); returns the
+    documents by split and the skips (what counts.json holds)."""
+    from rules.webdata.extract_worker import budgeted_extraction
+
+    def split(document: Document) -> str:
+        return "validation" if held_out(document.id, fraction) else "train"
+
+    with ExitStack() as files:
+        outputs = {part: files.enter_context(open(out / f"{part}.jsonl", "wb", buffering=0)) for part in SPLITS}
+        documents, skips = budgeted_extraction(path, fmt, name, config, outputs, split, progress)
+    return {"documents": {part: documents[part] for part in SPLITS}, "skipped": skips.to_json()}
 
 
 # -- the driver -------------------------------------------------------------------------------
@@ -208,12 +212,33 @@ extract_text = Rule(
         "min_text_characters": Attr(
             types.INT, default=None, doc="A shorter main text counts as none ('no main text'; None: 1)."
         ),
+        "max_nesting_depth": Attr(
+            types.INT,
+            default=None,
+            doc="A page whose elements nest deeper is skipped ('too deeply nested'; None: 512, where browsers' "
+            "parsers stop nesting).",
+        ),
+        "max_record_seconds": Attr(
+            types.FLOAT,
+            default=None,
+            doc="CPU seconds one record may take, read to extracted; past them it is skipped ('over time budget') "
+            "and the file goes on (None: 5).",
+        ),
     },
     validate=_check,
+    # 2: HTTP codings undone and charsets found as browsers do; every record a document or a
+    # counted skip, numbered in its file; a budget of depth and time per record.
+    version=2,
     resources=Resources(cpu=2),
     sharded=True,
-    packages=("resiliparse", "fastwarc"),
-    code_modules=("rules.webdata.extract",),
+    packages=("resiliparse", "fastwarc", "brotli", "zstandard"),
+    code_modules=(
+        "rules.webdata.extract",
+        "rules.webdata.extract_worker",
+        "rules.webdata.http_body",
+        "rules.webdata.charsets",
+        "rules.webdata.documents",
+    ),
     metrics_file=SUMMARY,
     headline=_headline,
     doc=(
