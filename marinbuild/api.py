@@ -54,9 +54,10 @@ def compare(
     store: str | None = None,
 ) -> Comparison:
     """The training runs the patterns name, side by side: a `Comparison` with one row per
-    run (the hyperparameters that differ, final metrics, its evaluations' metrics, the
-    best run by `by`: lowest, or highest with `maximize`), `to_pandas()`, `to_csv()`, and
-    the loss curves (`curves`, `curves_csv()`). `history`: earlier outputs of the same
-    labels too. Builds nothing."""
+    run (the hyperparameters that differ, the attributes that differ anywhere upstream of
+    the runs, `datamix:docs_scored.threshold`, final metrics, its evaluations' metrics named
+    by what they evaluated, `eval.tokens.loss`, the best run by the column `by`: lowest, or
+    highest with `maximize`), `to_pandas()`, `to_csv()`, and the loss curves (`curves`,
+    `curves_csv()`). `history`: earlier outputs of the same labels too. Builds nothing."""
     session = Session.open(Path(workspace) if workspace is not None else None, store)
     return session.compare(patterns, by=by, maximize=maximize, history=history)

@@ -678,9 +678,16 @@ class Session:
         """The newest builds that ran (or skipped) a target the patterns match (all, without patterns)."""
         cwd_package = self.workspace.package_of(self.cwd)
         parsed = [parse_pattern(text, cwd_package) for text in patterns]
-        return provenance.history(
+        items = provenance.history(
             self.store, lambda label: matches_patterns(parsed, parse_label(label)), limit, ran_only
         )
+        recorded = {outcome.label for item in items for outcome, _attempt in item.outcomes}
+        for pattern in parsed:
+            if not pattern.negative and not any(matches_patterns([pattern], parse_label(label)) for label in recorded):
+                # An unknown package or target is bad input (exit 2), as for build, not an
+                # empty history; a target deleted since its builds still shows them.
+                expand_patterns(self.loader, [pattern], self._skip_dirs())
+        return items
 
     def query(self, expression: str, keep_going: bool = False) -> QueryResult:
         """Evaluate a query expression (docs/query.md). Writes nothing to the store."""

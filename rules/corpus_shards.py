@@ -18,8 +18,15 @@ from typing import Any, TextIO
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import StepFailed
+from marinbuild.targets.shards import ShardResult
 
 SPLITS = ("train", "validation")
+# Why a corpus needs each split: what fails downstream when it has no document.
+_NEEDED_FOR = {
+    "train": "nothing is left to train on",
+    "validation": "train_lm and eval_lm evaluate on the validation split (a larger validation_fraction where "
+    "the corpus is split holds out more)",
+}
 SUMMARY = "summary.json"
 SHARD_BYTES = 64 * 2**20  # a new shard starts once a shard holds this many bytes
 PROGRESS_EVERY = 1000  # documents between progress reports
@@ -95,10 +102,11 @@ def write_corpus(
     """
     fraction = Fraction(repr(validation_fraction))
     writers = {split: ShardWriter(out / split) for split in SPLITS}
-    count = 0
+    count = empty = 0
     try:
         for text in documents:
             if not text:
+                empty += 1
                 continue
             if sample_count is not None and count >= sample_count:
                 break
@@ -111,7 +119,8 @@ def write_corpus(
         for writer in writers.values():
             writer.close()
     if writers["train"].documents == 0:
-        raise StepFailed(f"only {count} non-empty document(s): too few for a train and a validation split")
+        dropped = f" ({empty:,} empty ones dropped)" if empty else ""
+        raise StepFailed(f"only {count} non-empty document(s){dropped}: too few for a train and a validation split")
     progress(count, count, "docs")
     summary = {
         "documents": {split: writer.documents for split, writer in writers.items()},
@@ -152,3 +161,41 @@ def read_split(root: Path, split: str) -> Iterator[str]:
         with open(shard, encoding="utf-8") as lines:
             for line in lines:
                 yield json.loads(line)["text"]
+
+
+def split_counts(results: Iterable[ShardResult], count: Callable[[ShardResult], int]) -> dict[str, int]:
+    """`count` of each unit of a sharded data step, added up by split (a unit is named
+    `split/shard-...`): the documents each split's units read, for `check_not_emptied`."""
+    totals = dict.fromkeys(SPLITS, 0)
+    for result in results:
+        totals[Path(result.name).parent.name] += count(result)
+    return totals
+
+
+def check_not_emptied(
+    seen: Mapping[str, int], kept: Mapping[str, int], removed: str, why: Callable[[], str] = lambda: ""
+) -> None:
+    """The end of a data step's driver (filter_text, score_quality, dedup): a split of which
+    the step read documents and kept none fails the step, in one line saying what removed
+    them (`removed`, the subject and verb of a sentence, "the threshold 0.9 rejected"; `why()`
+    what the step counted, "scores 0.63-0.83", asked for only then: it may read much).
+    An empty corpus published goes on silently into tokenize and fails much later inside
+    Levanter; a split already empty in the input is not this step's doing, and the first
+    step that needs it (tokenize) says so."""
+    emptied = [split for split in SPLITS if seen.get(split, 0) and not kept.get(split, 0)]
+    if not emptied:
+        return
+    detail = f" ({reason})" if (reason := why()) else ""
+    if len(emptied) == len(SPLITS):
+        raise StepFailed(f"{removed} all {sum(seen.values()):,} documents{detail}")
+    [split] = emptied
+    raise StepFailed(f"{removed} all {seen[split]:,} {split} documents{detail}: {_NEEDED_FOR[split]}")
+
+
+def check_has_documents(documents: Mapping[str, int], label: str) -> None:
+    """At the start of a step that needs both splits of its corpus `label` (tokenize, whose
+    caches train_lm trains and evaluates on): a split without a document fails it there,
+    before Levanter fails on it with an IndexError."""
+    for split in SPLITS:
+        if not documents.get(split, 0):
+            raise StepFailed(f"the data {label} holds no {split} document: {_NEEDED_FOR[split]}")

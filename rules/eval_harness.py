@@ -25,6 +25,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, AttrType, JsonValue, LabelMap, absolute_label
@@ -32,7 +33,7 @@ from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Execution, Resources, Rule, StepInput, checkpoint_name
 from rules.corpus_shards import corpus_root, read_split
 from rules.hub import NO_TORCH
-from rules.lm import LEVANTER_MODULES, ML_PACKAGES, check_kept_step
+from rules.lm import LEVANTER_MODULES, ML_PACKAGES, check_kept_step, evaluated_by
 
 # The lm-eval the steps run, as pinned in pyproject.toml: the default (and only accepted
 # value) of `lm_eval_version`, so that the key changes with it. Read here rather than from
@@ -231,12 +232,27 @@ def _eval_harness_headline(out: Path) -> str | None:
     return f"{shown or 'no acc'} ({'' if tasks == 1 else 'mean over '}{over}; {METRICS})"
 
 
+def _evaluated(metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """metrics.json by task: `<task>.<metric>` under its task, the means over the tasks (the
+    top level's `acc`, `acc_norm`, ...) under their names joined by "+"."""
+    overall: dict[str, Any] = {}
+    tasks: dict[str, dict[str, Any]] = {}
+    for name, value in metrics.items():
+        task, dot, metric = name.rpartition(".")
+        if dot:
+            tasks.setdefault(task, {})[metric] = value
+        else:
+            overall[name] = value
+    return evaluated_by(overall, tasks)
+
+
 eval_harness = Rule(
     name="eval_harness",
     impl=_eval_harness,
     doc="lm-evaluation-harness tasks on a model (train_lm, a step it keeps, or a Hugging Face checkpoint) "
     "through Levanter's eval_harness, offline -> metrics.json (acc, acc_norm per task and averaged).",
     headline=_eval_harness_headline,
+    evaluated=_evaluated,
     validate=_validate_eval_harness,
     attrs={
         "model": Attr(types.LABEL, doc="A train_lm target, or a Hugging Face checkpoint (hf_model, export_hf)."),

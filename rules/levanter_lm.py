@@ -73,7 +73,7 @@ from rules.levanter_trackers import (
     tracker_fields,
     wandb_config,
 )
-from rules.library_patches import router_metrics
+from rules.library_patches import quiet_tokenizer_name, router_metrics
 from rules.training_resume import CHECKPOINTS, METRICS, checkpoint_path, resume_step, written_rows
 
 # JAX's persistent compilation cache (marinbuild points JAX_COMPILATION_CACHE_DIR at a
@@ -462,8 +462,9 @@ def train(
 
 def launch_train_lm(config: Any) -> None:
     """Levanter's `train_lm` on `config`: the one launch of train_lm and of sft_lm's full
-    fine-tuning, with a Mixtral's router statistics as metrics (rules/library_patches.py)."""
-    with router_metrics(config.model):
+    fine-tuning, with a Mixtral's router statistics as metrics, and without a warning per
+    token cache that its tokenizer's name is not the reader's (rules/library_patches.py)."""
+    with router_metrics(config.model), quiet_tokenizer_name():
         levanter_train_lm.main(config)
 
 
@@ -756,7 +757,8 @@ def evaluate(model: str, data: Mapping[str, str], attrs: Mapping[str, Any], tmp:
         model=model_config(trained["model"], tokenizer, tmp),
         trainer=trainer_config(trainer, 0, None, metrics, tmp / "levanter-logs"),
     )
-    levanter_eval_lm.main(config)
+    with quiet_tokenizer_name():  # rules/library_patches.py says why
+        levanter_eval_lm.main(config)
     _trackers(config.trainer.tracker)[MetricsFileConfig].tracker.finish()
     row = read_metrics(metrics)[-1]
 

@@ -7,13 +7,15 @@ version (the one pyproject.toml pins), and what would let us drop it; for each,
 tests/test_library_patches.py shows the library's own behaviour that makes it necessary,
 so that the test fails, telling us to drop the patch, once the library no longer behaves so.
 
-Both patches are of Levanter 1.2.dev1644 (with jax 0.7.2). Only a running step imports
+Every patch is of Levanter 1.2.dev1644 (with jax 0.7.2). Only a running step imports
 this module (it imports Levanter): `rules/levanter_lm.py` and `rules/levanter_sft.py`.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import logging
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -27,6 +29,11 @@ from levanter.models.mixtral import MixtralConfig
 
 # Levanter's name for the router losses it logs; the trainer adds the same prefix again.
 _TRAIN_PREFIX = "train/"
+# The logger of Levanter's token caches, the start of its warning that a cache's metadata is
+# not its reader's, and the one difference that warning need not show (quiet_tokenizer_name).
+_CACHE_LOGGER = "levanter.store.cache"
+_MISMATCH = "Metadata mismatch: "
+_TOKENIZER_NAME = {"values_changed": ["root.preprocessor_metadata['tokenizer']"]}
 
 
 @contextlib.contextmanager
@@ -105,3 +112,49 @@ def converter_for_every_checkpoint(converter: HFCheckpointConverter) -> Iterator
     """
     with _replaced(HFCheckpointConverter, "from_hf", staticmethod(lambda *_args, **_kwargs: converter)):
         yield
+
+
+class _OnlyTheTokenizerName(logging.Filter):
+    """Leaves out Levanter's "Metadata mismatch" warnings whose one difference is the
+    tokenizer's name; every other record, another mismatch included, goes through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(_MISMATCH):
+            return True
+        try:
+            difference = ast.literal_eval(message.removeprefix(_MISMATCH))
+        except (ValueError, SyntaxError):  # a difference of types, say: not only a name
+            return True
+        shown = {kind: sorted(paths) for kind, paths in difference.items()} if isinstance(difference, dict) else None
+        return shown != _TOKENIZER_NAME
+
+
+@contextlib.contextmanager
+def quiet_tokenizer_name() -> Iterator[None]:
+    """While the block runs, Levanter does not warn that a token cache was written with a
+    tokenizer of another name than its reader's, when that name is all that differs.
+
+    What Levanter does wrong: a cache's ledger records its processor's metadata, the
+    tokenizer's `name_or_path` among it, and `CacheLedger.load` warns "Metadata mismatch"
+    (a pretty-printed DeepDiff of three lines) whenever the reader's differs, though the
+    name changes no token. `tokenize` writes its caches under a fixed name (`tokenizer`,
+    so that the same tokens are the same bytes wherever the tokenizer lies) and Levanter's
+    reader names the tokenizer by its path in the store: every cache's every split,
+    loaded by each train_lm and eval_lm (and by each worker of a multi-host run), warned,
+    flooding the logs with what is no problem. A difference in anything else (the
+    vocabulary's size, BOS or EOS) is still shown: that one is.
+
+    The patch: a filter on Levanter's cache logger (`levanter.store.cache`) that leaves out
+    that warning when its one difference is the tokenizer's name.
+
+    Drop it when Levanter's ledger compares only what changes the tokens, or its reader
+    can be given the name a cache was written with.
+    """
+    logger = logging.getLogger(_CACHE_LOGGER)
+    quiet = _OnlyTheTokenizerName()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)

@@ -88,6 +88,24 @@ def _eval_headline(out: Path) -> str | None:
     )
 
 
+def evaluated_by(overall: Mapping[str, Any], parts: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """An evaluation's numbers by what was evaluated (`Rule.evaluated`): each part's (a data
+    set, a task), and those over all of them under the parts' names joined by "+" (for one
+    part, one name: the overall numbers, which a part's may differ from in the last digits)."""
+    found = {"+".join(parts): dict(overall)}
+    for name, values in parts.items():
+        found[name] = {**values, **found.get(name, {})}  # one part: its overall numbers, as the headline's
+    return found
+
+
+def _eval_evaluated(metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """eval_lm's metrics.json by data set: `sets` holds each set's numbers under its tag (the
+    target's name, levanter_lm.tokenized_sets), the top level those over all of them."""
+    sets = metrics.get("sets")
+    overall = {name: value for name, value in metrics.items() if name != "sets"}
+    return evaluated_by(overall, sets if isinstance(sets, dict) else {})
+
+
 def _steps_of(part: int | float, steps: int) -> int:
     """The steps of a run of `steps` that a warmup or decay takes, as Levanter counts them
     (`_convert_frac_or_steps`): a fraction of them, or a number of steps."""
@@ -355,6 +373,7 @@ eval_lm = Rule(
     impl=_eval_lm,
     doc="Validation loss, bits per byte and perplexity of a train_lm model on tokenized sets -> metrics.json.",
     headline=_eval_headline,
+    evaluated=_eval_evaluated,
     validate=_validate_eval,
     attrs={
         "model": Attr(types.LABEL, doc="A train_lm target."),

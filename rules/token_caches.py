@@ -30,7 +30,7 @@ from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule
-from rules.corpus_shards import SPLITS, SUMMARY, corpus_root, read_split, read_summary
+from rules.corpus_shards import SPLITS, SUMMARY, check_has_documents, corpus_root, read_split, read_summary
 from rules.hub import NO_TORCH
 from rules.tokenizer import tokenizer_directory
 
@@ -103,6 +103,7 @@ def _local_ray(cpus: float) -> Iterator[None]:
 def _tokenize(ctx: Context) -> None:
     corpus = corpus_root(ctx.files(ctx.attrs["data"]))
     documents = read_summary(corpus)["documents"]
+    check_has_documents(documents, ctx.attrs["data"])
     shutil.copytree(tokenizer_directory(ctx.files(ctx.attrs["tokenizer"])), ctx.out / TOKENIZER_DIR)
 
     from levanter.data.text import TextLmDatasetFormat, preprocessor_for_format  # seconds: after the checks

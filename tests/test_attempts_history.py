@@ -63,6 +63,24 @@ def test_a_failed_step_is_on_record_in_log_history_and_query(make_workspace):
     assert rc == 0 and out.split() == ["//pkg:bad"]
 
 
+def test_history_of_an_unknown_package_or_target_is_bad_input_as_for_build(make_workspace):
+    ws = make_workspace({"pkg/BUILD.marin": BUILD})
+    build_json(ws, "//pkg:good")
+    for pattern, message in (
+        ("//experiments/nonexistent:all", "no package '//experiments/nonexistent'"),
+        ("//pkg:nothing", "no target 'nothing' in package //pkg"),
+        ("//pkg/sub/...", "directory 'pkg/sub' does not exist"),
+    ):
+        rc, out, err = run_cli(ws, "history", pattern)
+        assert (rc, out) == (2, "") and message in err, (pattern, rc, out, err)
+        assert run_cli(ws, "build", pattern)[0] == 2
+    # A target never built has an empty history; one deleted since its builds still shows them.
+    assert run_cli(ws, "history", "//pkg:bad")[:2] == (0, "")
+    (ws / "pkg/BUILD.marin").write_text('genrule(name = "bad", outs = ["bad.txt"], cmd = "exit 3")\n')
+    rc, out, err = run_cli(ws, "history", "//pkg:good", "//pkg:bad")
+    assert rc == 0 and "built    //pkg:good" in out, err
+
+
 def test_attempts_of_a_label_span_its_keys_and_outlive_its_build_file(make_workspace):
     ws = make_workspace({"pkg/BUILD.marin": BUILD})
     build_json(ws, "-k", "//pkg:all", expect_rc=1)

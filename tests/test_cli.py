@@ -117,6 +117,40 @@ def test_plain_build_prints_outputs_and_default_command_is_build(make_workspace)
     assert (output / "third.txt").read_text() == "in\n2\n3\n"
 
 
+# A rule whose outputs have a headline, as train_lm's and eval_lm's have their losses.
+SCORED_RULE = """
+from marinbuild.targets import Rule
+
+
+def _score(ctx):
+    (ctx.out / "loss.txt").write_text("4.815")
+
+
+def _headline(out):
+    return "eval loss " + (out / "loss.txt").read_text()
+
+
+scored = Rule(name="scored", impl=_score, attrs={}, headline=_headline)
+"""
+
+
+def test_a_build_of_many_targets_still_prints_each_headline(make_workspace):
+    """Past 10 targets requested, where each output is goes unprinted ('marinbuild where'),
+    but not a target's headline: a data mix of 22 targets still ends with its eval loss."""
+    genrules = "".join(f'genrule(name = "g{n}", outs = ["g{n}.txt"], cmd = "echo {n} > $@")\n' for n in range(12))
+    files = {"scored.py": SCORED_RULE, "pkg/BUILD.marin": genrules + 'scored(name = "eval")\n'}
+    ws = make_workspace(files, 'rules = ["scored"]\n')
+    for status in ("built", "cached"):
+        rc, out, err = run_cli(ws, "build", "//pkg:all")
+        assert rc == 0 and f"13 targets: {13 if status == 'built' else 0} built" in err, err
+        eval_output = json.loads(run_cli(ws, "build", "--json", "//pkg:eval")[1])["targets"][0]["output"]
+        assert out.splitlines() == [
+            f"//pkg:eval: {eval_output}",
+            "  eval loss 4.815",
+            "12 more targets requested; 'marinbuild where LABEL' prints where one is",
+        ], out
+
+
 def test_version():
     done = subprocess.run([sys.executable, "-m", "marinbuild", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and marinbuild.__version__ in done.stdout
@@ -176,9 +210,9 @@ def test_dry_run_lists_what_waits_dependencies_first(make_workspace):
     assert rc == 0, err
     expected = [("//pkg:a", "would-run"), ("//pkg:b", "pending"), ("//pkg:c", "pending")]
     assert [(label, status) for label, (status, _) in _dry_lines(out).items()] == expected
-    # The progress lines too, as the targets are decided.
-    progress = [line.split()[1:3] for line in err.splitlines() if line.startswith("[")]
-    assert [(label.rstrip(":"), status) for status, label in progress] == expected, err
+    # Each target's line is printed once, on stdout: stderr has only the counts.
+    [counts] = err.splitlines()
+    assert counts.startswith("3 targets: 0 built, 0 cached"), err
 
 
 def test_dry_run_says_what_would_run_and_why_and_writes_nothing(make_workspace):

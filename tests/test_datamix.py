@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import shutil
 import tomllib
 from collections import Counter
@@ -39,6 +40,8 @@ BUILD_TIMEOUT_S = 900  # the data half takes about a minute on two idle cores, t
 # Edits of the example, each a line of its text as it is and as a test makes it.
 DOCS_CRAWL = ('"docs": {"crawl": {"seed": 1, "pages": 400,', '"docs": {"crawl": {"seed": 1, "pages": 500,')
 MIN_WORDS = ('{"name": "gopher_quality", "min_words": 50}', '{"name": "gopher_quality", "min_words": 100}')
+KEEPS_NONE = ("QUALITY_THRESHOLD = 0.7", "QUALITY_THRESHOLD = 0.99")
+TUTORIAL = REPO / "docs" / "tutorial.md"
 
 
 def _workspace(root: Path) -> Path:
@@ -232,6 +235,49 @@ def test_a_filter_parameter_reruns_the_filters_and_what_follows_not_extraction(d
         assert gopher["min_words"] == 100
         assert gopher["rejected"] > _summary(built, f"{source}_filtered")["filters"][1]["rejected"]
         assert keys(stricter)[f"{PKG}:{source}_tokens"] != keys(built)[f"{PKG}:{source}_tokens"]
+
+
+def test_a_threshold_that_keeps_no_document_stops_at_its_step_in_one_line(datamix):
+    """The classifier's scores all lie below 0.99: the cut fails, saying so with the range of
+    the scores, and nothing after it runs (dedup, tokenize, a training would fail in Levanter
+    on an empty corpus); no shard is scored again."""
+    ws, built, _ = datamix
+    before = _units(ws / "cache")
+    with _edited(ws, KEEPS_NONE):
+        rc, out, err = run_cli(ws, "build", f"{PKG}:docs_tokens", timeout=BUILD_TIMEOUT_S)
+    assert rc == 1, f"exit {rc}\n{out}\n{err}"
+    [failed] = [line for line in err.splitlines() if "] failed " in line]
+    documents = sum(_summary(built, "docs_filtered")["documents"].values())
+    found = re.fullmatch(
+        rf"\[\d+/\d+\] failed {PKG}:docs_scored: the threshold 0\.99 rejected all {documents:,} documents "
+        r"\(scores (0\.\d+)–(0\.\d+)\)",
+        failed,
+    )
+    assert found and float(found[1]) <= float(found[2]) < 0.99, failed
+    assert f"skipped {PKG}:docs_deduped" in err and f"skipped {PKG}:docs_tokens" in err, err
+    ran = _units(ws / "cache") - before
+    assert not _of(ran, "docs_scored", "score_unit") and _of(ran, "docs_scored", "cut_unit"), ran
+
+
+def _shown_in_tutorial(command: str) -> list[str]:
+    """The lines docs/tutorial.md shows `command` printing: the fenced block after its own."""
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```$", TUTORIAL.read_text(), re.MULTILINE | re.DOTALL)
+    index = next(index for index, block in enumerate(blocks) if command in block.splitlines())
+    return blocks[index + 1].splitlines()
+
+
+def test_the_tutorials_filter_counts_are_what_show_prints(datamix):
+    """docs/tutorial.md §8's lines of `marinbuild show`: each printed, in that order (the
+    tutorial leaves the other lines out)."""
+    ws, _, _ = datamix
+    command = f"marinbuild show {PKG}:docs_filtered"
+    rc, out, err = run_cli(ws, *command.split()[1:])
+    assert rc == 0, err
+    printed = out.splitlines()
+    position = 0
+    for line in _shown_in_tutorial(command):
+        assert line in printed[position:], f"docs/tutorial.md shows {line!r}; show prints:\n{out}"
+        position = printed.index(line, position) + 1
 
 
 def test_the_whole_example_trains_on_the_mixture_and_a_second_run_reruns_nothing(datamix):

@@ -5,9 +5,15 @@ filter that rejected them, and the counts of every filter in summary.json."""
 from __future__ import annotations
 
 import json
+import math
+import random
+import re
+from html import unescape
 from pathlib import Path
 
 from conftest import build_json, run_cli, statuses
+
+from rules.webdata.score_distribution import BINS, distribution, score_histogram, score_range
 
 GOOD = [
     "The cat sat on the mat and looked at the birds that flew over the garden wall.",
@@ -140,3 +146,80 @@ def test_input_without_one_readable_line_fails_the_step_instead_of_publishing_no
     assert "'no string text': {'count': 3, 'first': 'train/shard-00000.jsonl:1'}" in reason
     assert "'invalid utf-8': {'count': 1, 'first': 'validation/shard-00000.jsonl:1'}" in reason
     assert "Traceback" not in failed["stderr"]
+
+
+# -- where a threshold falls ----------------------------------------------------------------------
+
+SCORED_BUILD = """
+filegroup(name = "raw", srcs = glob(["corpus/**"]))
+filter_text(name = "cut", data = ":raw", filters = [{{"name": "quality_threshold", "threshold": {threshold}}}])
+"""
+# Thirty documents scored 0.61 to 0.813, in three shards of two splits, in no order.
+SCORES = random.Random(0).sample([round(0.61 + 0.007 * index, 4) for index in range(30)], 30)
+SCORED_SHARDS = {"train/shard-00000.jsonl": SCORES[:12], "train/shard-00001.jsonl": SCORES[12:24]}
+SCORED_SHARDS["validation/shard-00000.jsonl"] = SCORES[24:]
+
+
+def _scored_workspace(make_workspace, threshold: float) -> Path:
+    files = {"p/BUILD.marin": SCORED_BUILD.format(threshold=threshold), "p/corpus/summary.json": "{}\n"}
+    for name, scores in SCORED_SHARDS.items():
+        files[f"p/corpus/{name}"] = "".join(
+            json.dumps({"text": f"document {score}", "metadata": {"quality_score": score}}) + "\n" for score in scores
+        )
+    return make_workspace(files, 'rules = ["rules.webdata.filter_text"]\n')
+
+
+def test_a_threshold_s_distribution_is_recorded_shown_and_drawn(make_workspace, tmp_path):
+    ws = _scored_workspace(make_workspace, 0.7)
+    built = build_json(ws, "//p:cut")
+    assert "WARNING" not in built["stderr"], built["stderr"]
+    summary = json.loads((Path(built["by_label"]["//p:cut"]["output"]) / "summary.json").read_text())
+    kept = sum(score >= 0.7 for score in SCORES)
+    assert summary["documents"]["train"] + summary["documents"]["validation"] == kept == 17
+    # The three units' histograms, added up, are the histogram of every document.
+    direct = distribution("quality_score", [score_histogram(SCORES)], [score_range(SCORES)], 0.7, kept)
+    assert direct is not None and summary["distributions"] == [direct.to_json()]
+    [found] = summary["distributions"]
+    assert (found["count"], found["min"], found["max"], found["threshold"]) == (30, 0.61, 0.813, 0.7)
+    ordered = sorted(SCORES)
+    for fraction, value in found["quantiles"]:  # nearest rank, to half a bin of 1/65536
+        assert abs(value - ordered[math.ceil(fraction * 30) - 1]) <= 0.5 / BINS, (fraction, value)
+    edges, counts = found["histogram"]["edges"], found["histogram"]["counts"]
+    assert sum(counts) == 30 and edges[0] <= 0.61 and edges[-1] > 0.813 and len(counts) <= 64
+
+    rc, out, err = run_cli(ws, "show", "//p:cut")
+    assert rc == 0, err
+    lines = out.splitlines()
+    start = lines.index("  distributions (of what the step cut on)")
+    shown = (
+        "30 values: min 0.61, p10 0.62, p25 0.66, median 0.71, p75 0.76, p90 0.79, max 0.81; "
+        "threshold 0.7 keeps 17 of 30 (56.7%)"
+    )
+    assert lines[start + 1] == f"    quality_score  {shown}"
+    bars = lines[start + 2].split()
+    assert bars[0] == f"{edges[0]:.2f}" and bars[-1] == f"{edges[-1]:.2f}" and "|" in lines[start + 2]
+    assert not any(line.startswith("    distributions:") for line in lines)  # not again as a raw metric
+
+    rc, out, err = run_cli(ws, "report", "//p:cut", "-o", str(tmp_path / "report"))
+    assert rc == 0, err
+    [page] = (tmp_path / "report" / "steps").glob("p_cut-*.html")
+    html = page.read_text()
+    figure = re.search(
+        r'<h2 id="distributions">.*?<figure class="distribution">(<svg.*?</svg>)\s*<figcaption>(.*?)<', html, re.S
+    )
+    assert figure, html
+    assert "threshold 0.7 keeps 17 of 30 (56.7%)" in figure.group(1)  # the threshold line's legend
+    assert unescape(figure.group(2)) == f"quality_score: {shown}"
+
+
+def test_a_threshold_that_keeps_all_or_none_is_a_warning(make_workspace):
+    ws = _scored_workspace(make_workspace, 0.5)
+    built = build_json(ws, "//p:cut")
+    warning = "WARNING: //p:cut: the threshold 0.5 on quality_score keeps all of 30 (they lie in 0.61–0.81)"
+    assert warning in built["stderr"], built["stderr"]
+    # Keeping none: the warning, then the step's failure (nothing is left to publish).
+    (ws / "p" / "BUILD.marin").write_text(SCORED_BUILD.format(threshold=0.9))
+    rc, out, err = run_cli(ws, "build", "//p:cut")
+    warning = "WARNING: //p:cut: the threshold 0.9 on quality_score keeps none of 30 (they lie in 0.61–0.81)"
+    assert rc == 1 and warning in err, err
+    assert err.index(warning) < err.index("failed //p:cut"), err

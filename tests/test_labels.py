@@ -428,7 +428,7 @@ def test_cli_bad_pattern_is_a_label_error(tmp_path):
 @pytest.mark.parametrize("name", ["b", "x", "a"])
 def test_cli_prints_labels_verbatim(tmp_path, name):
     """Progress lines are plain text: `//p:b:` must not be rendered as an emoji shortcode."""
-    ws = new_workspace(tmp_path / "ws", {"p/BUILD.marin": f'filegroup(name = "{name}")\n'})
-    result = build(ws, "--dry-run", f"//p:{name}")
-    assert result.rc == 0, result.stderr
-    assert f"would-run //p:{name}: no cached output for its key" in result.stderr, result.stderr
+    ws = new_workspace(tmp_path / "ws", {"p/BUILD.marin": f'genrule(name = "{name}", outs = ["x"], cmd = "exit 3")\n'})
+    result = build(ws, f"//p:{name}")
+    assert result.rc == 1, result.stderr
+    assert f"] failed //p:{name}: command exited with status 3" in result.stderr, result.stderr

@@ -10,6 +10,7 @@ says: that half fails once the library no longer does, which tells us to drop th
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ from levanter.models.mixtral import MixtralConfig
 from levanter.tracker.tracker import NoopTracker
 from levanter.utils.jax_utils import local_cpu_mesh
 
-from rules.library_patches import router_metrics
+from rules.library_patches import quiet_tokenizer_name, router_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -145,3 +146,58 @@ def test_levanters_from_hf_reaches_the_hub_for_a_local_llama_without_the_patch(t
     assert isinstance(before, str) and "huggingface.co" in before, before
     assert patched == 8  # the converter lora_lm is given: the checkpoint's own config
     assert after == before  # Levanter's, back
+
+
+# -- quiet_tokenizer_name: a token cache's tokenizer, named otherwise by its reader ------------
+
+
+def _token_cache(directory: Path, tokenizer: Path, name: str | None) -> None:
+    """Both splits of a cache of one document, as `tokenize` writes them: its tokenizer
+    named `name` (tokenize's fixed name) instead of by its path."""
+    from levanter.data.text import TextLmDatasetFormat, preprocessor_for_format
+    from levanter.store.cache import CacheMetadata, SerialCacheWriter
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(str(tokenizer))
+    if name is not None:
+        loaded.name_or_path = name
+    processor = preprocessor_for_format(TextLmDatasetFormat(text_key="text"), loaded)
+    for split in ("train", "validation"):
+        metadata = CacheMetadata(preprocessor_metadata=processor.metadata)
+        with SerialCacheWriter(str(directory / split), processor.output_exemplar, metadata=metadata) as writer:
+            writer.write_batch(processor([{"text": "a b a"}]))
+
+
+def _mismatches(caplog: pytest.LogCaptureFixture, caches: Path, tokenizer: Path) -> list[str]:
+    """The "Metadata mismatch" warnings of loading the validation caches as train_lm and
+    eval_lm do (their Levanter data config), with the tokenizer at `tokenizer`."""
+    from rules.levanter_lm import data_config
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="levanter.store.cache"):
+        data_config({"tokens": str(caches)}, {"tokens": 1.0}, tokenizer).build_caches("validation")
+    return [record.getMessage() for record in caplog.records if "Metadata mismatch" in record.getMessage()]
+
+
+def test_levanter_warns_of_a_tokenizer_named_otherwise_unless_quiet_tokenizer_name(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from transformers import AutoTokenizer
+
+    from rules.token_caches import TOKENIZER_NAME
+
+    tokenizer = _llama_checkpoint(tmp_path / "tokenizer")
+    caches = tmp_path / "tokens"
+    _token_cache(caches, tokenizer, TOKENIZER_NAME)
+    # Levanter's own: the name is all that differs, and it warns.
+    [warning] = _mismatches(caplog, caches, tokenizer)
+    assert "preprocessor_metadata['tokenizer']" in warning and str(tokenizer) in warning, warning
+    with quiet_tokenizer_name():
+        assert _mismatches(caplog, caches, tokenizer) == []
+        # Another difference (a vocabulary of another size) is still shown.
+        other = AutoTokenizer.from_pretrained(str(tokenizer))
+        other.add_tokens(["c"])
+        other.save_pretrained(tmp_path / "other")
+        _token_cache(tmp_path / "other-tokens", tmp_path / "other", TOKENIZER_NAME)
+        assert len(_mismatches(caplog, tmp_path / "other-tokens", tokenizer)) == 1
+    assert len(_mismatches(caplog, caches, tokenizer)) == 1  # Levanter's, back

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from conftest import build_json, run_cli, statuses
 
+from rules.webdata.score_distribution import distribution, score_histogram, score_range
+
 PROSE = (
     "the river flows through the quiet valley where farmers grow wheat and barley near the old mill "
     "children walk to school along the road and the teacher reads them stories about distant lands"
@@ -126,3 +128,41 @@ def test_bad_quality_attrs_are_errors_at_their_build_line(make_workspace):
     rc, out, err = run_cli(ws, "build", "//p:scored")
     assert rc == 2 and "p/BUILD.marin:5" in err and "bucket x dim" in err, err
     assert "Traceback" not in err and not (ws / "cache").exists()
+
+
+def test_the_scores_distribution_is_shown_and_a_threshold_that_does_not_cut_warns(make_workspace):
+    web = {**WEB, "p/web/validation/shard-00000.jsonl": _shard(GOOD[1], BAD[0])}
+    ws = make_workspace({"p/BUILD.marin": BUILD.format(cut="threshold = 0.5"), **_training_files(), **web}, RULES)
+    built = build_json(ws, "//p:scored")
+    assert statuses(built)["//p:scored"] == "built" and "WARNING" not in built["stderr"], built["stderr"]
+    out = Path(built["by_label"]["//p:scored"]["output"])
+    kept = [d["metadata"]["quality_score"] for shard in out.glob("*/shard-*.jsonl") for d in _lines(shard)]
+    rejected = [d["metadata"]["quality_score"] for shard in out.glob("rejected/*/*.jsonl") for d in _lines(shard)]
+    scores = kept + rejected
+    assert len(kept) == len(rejected) == 3 and max(scores) - min(scores) > 0.1 and max(scores) < 1, scores
+    # What the three score units counted, added up, is what all six documents give.
+    everything = distribution("quality_score", [score_histogram(scores)], [score_range(scores)], 0.5, 3)
+    summary = json.loads((out / "summary.json").read_text())
+    assert everything is not None and summary["distributions"] == [everything.to_json()]
+
+    rc, shown, err = run_cli(ws, "show", "//p:scored")
+    assert rc == 0, err
+    lines = shown.splitlines()
+    line = lines[lines.index("  distributions (of what the step cut on)") + 1]
+    assert line.startswith(f"    quality_score  6 values: min {min(scores):.2f}, p10 "), line
+    assert line.endswith(f", max {max(scores):.2f}; threshold 0.5 keeps 3 of 6 (50.0%)"), line
+
+    span = f"(they lie in {min(scores):.2f}–{max(scores):.2f})"
+    (ws / "p" / "BUILD.marin").write_text(BUILD.format(cut="threshold = 0"))
+    everything_kept = build_json(ws, "//p:scored")
+    assert statuses(everything_kept)["//p:scored"] == "built", everything_kept["stderr"]
+    warning = f"WARNING: //p:scored: the threshold 0 on quality_score keeps all of 6 {span}"
+    assert warning in everything_kept["stderr"], everything_kept["stderr"]
+    (ws / "p" / "BUILD.marin").write_text(BUILD.format(cut="threshold = 1"))
+    rc, _, err = run_cli(ws, "build", "//p:scored")
+    warning = f"WARNING: //p:scored: the threshold 1 on quality_score keeps none of 6 {span}"
+    assert rc == 1 and warning in err and err.index(warning) < err.index("failed //p:scored"), err
+    # A top fraction keeps what it was asked to: no warning.
+    (ws / "p" / "BUILD.marin").write_text(BUILD.format(cut="top_fraction = 1.0"))
+    everything_asked = build_json(ws, "//p:scored")
+    assert statuses(everything_asked)["//p:scored"] == "built" and "WARNING" not in everything_asked["stderr"]

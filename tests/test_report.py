@@ -29,7 +29,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build_file, _output
 from test_scaling_sweep import _workspace
 
-from marinbuild.report import StepStatus, diagram
+from marinbuild.report import StepStatus, diagram, plots
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"  # git-ignored; CI keeps what is there
 
@@ -129,7 +129,7 @@ def test_report_in_a_browser(tmp_path: Path) -> None:
         # The runs table: the pipeline's run and the suite's, sortable.
         table = _visible(browser, "#runs-table")
         headers = [cell.text for cell in table.find_elements(By.CSS_SELECTOR, "th")]
-        assert {"optimizer.learning_rate", "model.hidden_dim", "trainer.steps", "eval_loss", "eval.loss"} <= set(
+        assert {"optimizer.learning_rate", "model.hidden_dim", "trainer.steps", "eval_loss", "eval.tokens.loss"} <= set(
             headers
         ), headers
         assert "model.num_layers = 1" in _visible(browser, "#shared-hyperparameters").text
@@ -148,9 +148,10 @@ def test_report_in_a_browser(tmp_path: Path) -> None:
         # Loss curves: every run's training loss, and the evaluations of the pipeline's run.
         curves = _visible(browser, "#loss-curves svg")
         legend = curves.text
-        for run in runs:
-            assert f":{run.split(':')[1]} train/loss" in legend, legend
-        assert ":model eval/loss" in legend, legend
+        # Eight runs: a key of runs (a colour each) and one of curves (a line style each).
+        assert {f":{run.split(':')[1]}" for run in runs} | {"train/loss", "eval/loss"} <= set(legend.splitlines()), (
+            legend
+        )
         assert len(curves.find_elements(By.CSS_SELECTOR, "path")) > 10
 
         # The scaling-law fit of the suite: the fit step's own plots, its forecasts (the
@@ -313,3 +314,58 @@ def test_serve_regenerates_the_report_while_builds_run(make_workspace) -> None:
     finally:
         server.terminate()
         server.wait(timeout=CLI_TIMEOUT_S)
+
+
+def test_a_cached_step_shows_its_own_keys_attempt_not_another_keys_failure(make_workspace, tmp_path: Path) -> None:
+    """A step built, then edited into failing, then edited back: its output is cached again,
+    and the steps table says the attempt at that key succeeded; the failure at the other key
+    is not this output's. Before, the table said "failed" beside "cached"."""
+    ws = make_workspace(_files("echo g1 > $@"))
+    build_json(ws, "//pkg:good2")
+    write_files(ws, _files("echo broken >&2; exit 4"))
+    build_json(ws, "//pkg:good2", expect_rc=1)
+    write_files(ws, _files("echo g1 > $@"))
+    out = tmp_path / "report"
+    index = _report(ws, out, "//pkg:good2")
+    assert _statuses(index)["//pkg:good1"] == "cached"
+    row = next(
+        line for line in index.read_text().splitlines() if ">//pkg:good1</a>" in line and "steps-table" not in line
+    )
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+    assert cells[4:6] == ["2", "succeeded"], cells  # two attempts; the newest at its key succeeded
+    page = next((out / "steps").glob("pkg_good1-*.html")).read_text()
+    assert re.search(r"<th>last build</th><td>failed, at another key \([0-9a-f]{12}\)", page), page
+
+
+def test_a_sweeps_loss_curves_keep_their_legend_inside_the_figure(tmp_path: Path) -> None:
+    """8 runs of 4 curves each (training, evaluation, two evaluation sets), as a data ablation
+    at four thresholds and two seeds draws them: every entry of the legend lies inside the
+    figure as Chromium lays it out. Before, a legend of 32 entries in three columns ran off
+    both sides."""
+    chromium = require_tool("chromium", "the figure is laid out by headless Chromium (apt: chromium)")
+    chromedriver = require_tool("chromedriver", "selenium drives Chromium through it (apt: chromium-driver)")
+    metrics = ("train/loss", "eval/loss", "eval/docs_tokens/loss", "eval/library_tokens/loss")
+    runs = [f":model_threshold_{threshold}_seed_{seed}" for threshold in (0.5, 0.7, 0.8, 0.9) for seed in (0, 1)]
+    curves = [
+        plots.Curve(run, metric, [0, 30, 60], [6.0, 5.0 + index / 10, 4.0 + index / 10])
+        for index, run in enumerate(runs)
+        for metric in metrics
+    ]
+    page = tmp_path / "curves.html"
+    page.write_text(f"<!DOCTYPE html><html><body>{plots.curves_svg(curves, 'Loss')}</body></html>")
+    browser = _browser(chromium, chromedriver)
+    try:
+        browser.get(page.as_uri())
+        texts = browser.execute_script(
+            """const figure = document.querySelector("svg").getBoundingClientRect();
+            return [...document.querySelectorAll("svg text")].map(text => {
+              const box = text.getBoundingClientRect();
+              return [text.textContent, box.left >= figure.left && box.right <= figure.right
+                                        && box.top >= figure.top && box.bottom <= figure.bottom];
+            });"""
+        )
+    finally:
+        browser.quit()
+    assert [text for text, inside in texts if not inside] == []
+    shown = {text for text, _inside in texts}
+    assert set(runs) | set(metrics) <= shown, shown  # a key of runs (colours) and one of curves (line styles)

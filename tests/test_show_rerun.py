@@ -12,6 +12,7 @@ from conftest import build_json, run_cli, statuses
 
 import marinbuild
 from marinbuild.errors import GraphError
+from marinbuild.hashing import digest_file
 
 BUILD = """\
     genrule(name = "words", srcs = ["data.txt"], outs = ["words.txt"], cmd = "tr -s ' ' '\\\\n' < $< | sort > $@")
@@ -73,6 +74,37 @@ def test_show_by_label_and_by_key(make_workspace):
     assert rc == 0 and json.loads(out)["key"] == built["by_label"]["//p:words"]["key"]
     assert "not built for its current recipe" in err
     assert run_cli(ws, "show", "//p:clock")[0] == 2  # never built
+
+
+def test_show_by_key_prints_a_unit_of_a_sharded_step(make_workspace):
+    """A sharded step's entry names its units' keys (docs/rules.md#sharded-steps), and
+    `marinbuild show KEY` prints one: its shard, by content, as an input."""
+    text = "The cat sat on the mat and looked at the birds that flew over the garden wall, on day {}."
+    shard, held_out = ("".join(json.dumps({"text": text.format(day)}) + "\n" for day in days) for days in ([1, 2], [3]))
+    files = {
+        "p/BUILD.marin": """\
+            filegroup(name = "raw", srcs = glob(["corpus/**"]))
+            filter_text(name = "filtered", data = ":raw", filters = [{"name": "gopher_quality", "min_words": 3}])
+            """,
+        "p/corpus/summary.json": "{}\n",
+        "p/corpus/train/shard-00000.jsonl": shard,
+        "p/corpus/validation/shard-00000.jsonl": held_out,
+    }
+    ws = make_workspace(files, 'rules = ["rules.webdata.filter_text"]\n')
+    build_json(ws, "//p:filtered")
+    units = show(ws, "//p:filtered")["shards"]
+    assert len(units) == 2
+    rc, out, err = run_cli(ws, "show", units[0][:12])
+    assert rc == 0, err
+    lines = out.splitlines()
+    split = {
+        "//p:filtered [train/shard-00000.jsonl]": "train",
+        "//p:filtered [validation/shard-00000.jsonl]": "validation",
+    }[lines[0]]
+    assert f"  key          {units[0]}" in lines and "  rule         shard version 1" in lines
+    read = ws / "p" / "corpus" / split / "shard-00000.jsonl"
+    assert f"    shard  file {digest_file(read)[:12]}, {read.stat().st_size:,} bytes" in lines, out
+    assert any(line.startswith("    kept.jsonl  ") for line in lines), out
 
 
 def test_rerun_from_the_store_alone_is_byte_identical(make_workspace, tmp_path):

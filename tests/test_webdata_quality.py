@@ -7,6 +7,7 @@ histograms keeps what it should on known scores.
 
 from __future__ import annotations
 
+import math
 import random
 import subprocess
 import sys
@@ -15,18 +16,12 @@ import pytest
 
 from marinbuild.targets.attrs import AttrError
 from marinbuild.targets.context import StepFailed
+from marinbuild.targets.distributions import Distribution, distributions
 from rules.webdata.documents import Document
 from rules.webdata.filters import QualityThreshold, make_filter
-from rules.webdata.quality import (
-    BINS,
-    QualityHyperparameters,
-    QualityScorer,
-    one_line,
-    score_histogram,
-    top_fraction_cut,
-    train_classifier,
-)
+from rules.webdata.quality import QualityHyperparameters, QualityScorer, one_line, top_fraction_cut, train_classifier
 from rules.webdata.raw_corpus import Pool
+from rules.webdata.score_distribution import BINS, distribution, score_histogram, score_range
 
 SMALL = QualityHyperparameters(epoch=10, dim=16, bucket=2**19)  # the smallest deterministic matrix
 
@@ -152,6 +147,29 @@ def test_the_top_fraction_cut_keeps_the_ties_of_its_bin() -> None:
     assert 0.1 < cut <= 0.9  # the five needed are tied at 0.9 with five more: all ten kept
     assert top_fraction_cut(histograms, 0.005) == (BINS - 1) / BINS  # 1.0 alone, in the last bin
     assert top_fraction_cut([score_histogram([])], 0.5) == 0.0
+
+
+def test_shards_histograms_added_up_give_the_distribution_of_every_score() -> None:
+    rng = random.Random(0)
+    scores = [rng.betavariate(8, 3) for _ in range(1000)] + [1.0, 0.0]
+    parts = [scores[at : at + 170] for at in range(0, len(scores), 170)]
+    merged = distribution("s", map(score_histogram, parts), map(score_range, parts), 0.75, 600)
+    assert merged == distribution("s", [score_histogram(scores)], [score_range(scores)], 0.75, 600)
+    assert merged is not None and (merged.count, merged.minimum, merged.maximum) == (1002, 0.0, 1.0)
+    ordered = sorted(scores)
+    for fraction, value in merged.quantiles:  # the nearest rank's value, to half a bin
+        assert abs(value - ordered[math.ceil(fraction * len(scores)) - 1]) <= 0.5 / BINS
+    assert sum(merged.counts) == 1002 and len(merged.counts) <= 64 and merged.edges[0] == 0 and merged.edges[-1] == 1
+    assert Distribution.from_json(merged.to_json()) == merged
+    narrow = distribution("s", [score_histogram([0.5, 0.50013])], [score_range([0.5, 0.50013])], 0.5, 2)
+    assert narrow is not None and narrow.edges[0] <= 0.5 < 0.50013 < narrow.edges[-1] and len(narrow.counts) <= 64
+    assert narrow.warning() == "the threshold 0.5 on s keeps all of 2 (they lie in 0.50000–0.50013)"
+    assert distribution("s", [score_histogram([])], [score_range([])], 0.5, 0) is None
+
+
+def test_a_summary_field_not_of_the_shape_is_no_distribution() -> None:
+    assert distributions({"loss": 2.5}) is None and distributions({"distributions": []}) is None
+    assert distributions({"distributions": [{"name": "s", "count": 2}]}) is None
 
 
 def test_a_bad_fraction_is_an_error() -> None:

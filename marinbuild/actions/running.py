@@ -32,7 +32,7 @@ from marinbuild.actions.shards import ShardRunner, ShardStep, stored_files
 from marinbuild.errors import OutputDamaged, StoreUnavailable
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Outputs, reporting_transfers
 from marinbuild.store.live_sync import syncing
-from marinbuild.targets.context import StepFailed
+from marinbuild.targets.context import WARNINGS, StepFailed
 from marinbuild.targets.rule import RetryPolicy, Rule, Target
 
 
@@ -168,6 +168,8 @@ class AttemptRunner:
             if "source" in record:
                 self.cache.put_blob(attempt, self.graph.sources[name].path, record["source"])
         outcome = self._run(planned, attempt, lease, scratch, mirror if runs_here else None)
+        for message in outcome.measured.get(WARNINGS, []):
+            self.reporter.warning(f"{label}: {message}")
         duration = time.monotonic() - started
         log = self.cache.records.log_file(key, attempt.attempt_id)
         if not outcome.succeeded:

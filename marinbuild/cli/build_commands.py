@@ -12,7 +12,9 @@ from pathlib import Path
 import click
 
 from marinbuild.actions.build_options import BuildOptions
+from marinbuild.actions.results import BuildResult
 from marinbuild.cli.base import EXIT_FAILED, PatternsCommand, handles_errors, make_reporter, open_session
+from marinbuild.cli.progress import PlanReporter
 from marinbuild.targets.rule import Resources
 
 _MAX_OUTPUTS_SHOWN = 10  # like Bazel's --show_result: a wildcard over 10,000 targets prints a summary
@@ -115,7 +117,8 @@ def build(
     )
     if executor == "ray":  # the cluster queues steps by their resources, not this machine
         options = dataclasses.replace(options, capacity=Resources(cpu=math.inf, memory_gb=math.inf))
-    reporter = make_reporter(live=sys.stderr.isatty() and not dry_run)
+    # A dry run's plan is its result, on stdout: stderr has only its warnings and counts.
+    reporter = PlanReporter() if dry_run else make_reporter(live=sys.stderr.isatty())
     # Ray's driver prints what its workers report (a worker died...) on sys.stdout, which
     # holds only results here: send it to stderr, with the rest of the build's chatter.
     with contextlib.redirect_stdout(sys.stderr) if executor == "ray" else contextlib.nullcontext():
@@ -129,14 +132,30 @@ def build(
                 click.echo(f"{'':9} {item.description}")
         for note in result.notes:
             click.echo(note)
-    elif len(result.requested) <= _MAX_OUTPUTS_SHOWN:
-        for label in result.requested:
-            item = result.results[label]
-            if item.output is not None:
-                click.echo(f"{label}: {item.output}" + (f"\n  {item.headline}" if item.headline else ""))
     else:
-        click.echo(f"{len(result.requested)} targets requested; 'marinbuild where LABEL' prints where one is")
+        for line in _output_lines(result):
+            click.echo(line)
     sys.exit(0 if result.ok else EXIT_FAILED)
+
+
+def _output_lines(result: BuildResult) -> list[str]:
+    """Where each requested target's output is, with its headline (a final loss) under it.
+    Past _MAX_OUTPUTS_SHOWN targets, only those with a headline, whatever their number (a
+    datamix build of 22 targets still ends with its eval loss), and a count of the rest."""
+    lines = []
+    left_out = 0
+    many = len(result.requested) > _MAX_OUTPUTS_SHOWN
+    for label in result.requested:
+        item = result.results[label]
+        if item.output is None:
+            continue
+        if many and not item.headline:
+            left_out += 1
+            continue
+        lines.append(f"{label}: {item.output}" + (f"\n  {item.headline}" if item.headline else ""))
+    if left_out:
+        lines.append(f"{left_out} more targets requested; 'marinbuild where LABEL' prints where one is")
+    return lines
 
 
 @click.command(cls=PatternsCommand)

@@ -98,3 +98,12 @@ class PlainReporter:
 
     def build_finished(self, result: BuildResult) -> None:
         self._print(summary_line(result))
+
+
+class PlanReporter(PlainReporter):
+    """A dry run's: its plan, a line a target, is its result and goes to stdout
+    (`build --dry-run`), so stderr shows each target's line no second time, only the
+    warnings and the counts."""
+
+    def step_finished(self, result: TargetResult) -> None:
+        self.finished += 1

@@ -10,6 +10,8 @@ from marinbuild.provenance import AttemptRecord, HistoryItem
 from marinbuild.provenance.compare import Comparison
 from marinbuild.provenance.data_counts import FIELDS, DataCounts, data_counts
 from marinbuild.provenance.explain import Explanation
+from marinbuild.targets.distributions import FIELD as DISTRIBUTIONS
+from marinbuild.targets.distributions import Distribution, distributions
 
 
 def attempt_line(record: AttemptRecord) -> str:
@@ -124,7 +126,11 @@ def show_lines(description: dict) -> list[str]:
     counts = data_counts(description["metrics"])
     if counts is not None:
         lines += data_lines(counts)
-    metrics = {name: value for name, value in description["metrics"].items() if counts is None or name not in FIELDS}
+    cuts = distributions(description["metrics"])
+    if cuts is not None:
+        lines += distribution_lines(cuts)
+    shown = (FIELDS if counts is not None else ()) + ((DISTRIBUTIONS,) if cuts is not None else ())
+    metrics = {name: value for name, value in description["metrics"].items() if name not in shown}
     if metrics:
         lines.append("  metrics")
         lines += [f"    {name}: {value}" for name, value in metrics.items()]
@@ -164,11 +170,26 @@ def data_lines(counts: DataCounts) -> list[str]:
     return lines
 
 
+def distribution_lines(cuts: tuple[Distribution, ...]) -> list[str]:
+    """Each distribution a step cut on, in two lines: its quantiles and what its threshold
+    kept, then its histogram with `|` where the threshold falls."""
+    lines = ["  distributions (of what the step cut on)"]
+    width = max(len(cut.name) for cut in cuts)
+    for cut in cuts:
+        kept = cut.cut()
+        lines.append(f"    {cut.name:{width}}  {cut.summary()}" + (f"; {kept}" if kept else ""))
+        lines.append(f"    {'':{width}}  {cut.bars()}")
+    return lines
+
+
 def _input_lines(inputs: dict, indent: str) -> list[str]:
     lines = []
     for label, item in inputs.items():
         if "source" in item:
             lines.append(f"{indent}{label}  source {short(item['source'])}")
+            continue
+        if "blake3" in item:  # a file of a sharded step's unit (actions/shards.py), by its content
+            lines.append(f"{indent}{label}  file {short(item['blake3'])}, {item['size']:,} bytes")
             continue
         lines.append(f"{indent}{label}  output {short(item['tree_digest'])} of key {short(item['key'])}")
         made_by = item.get("made_by")
@@ -251,6 +272,12 @@ def comparison_lines(comparison: Comparison) -> list[str]:
         lines.append(
             f"{len(comparison.shared)} hyperparameters are the same in every run"
             + (f" ({_shared_text(comparison.shared)})" if len(comparison.shared) <= 6 else "; --json lists them")
+        )
+    if comparison.shared_upstream:
+        upstream, targets = comparison.shared_upstream, comparison.upstream_targets
+        lines.append(
+            f"{len(upstream)} attributes of the {targets} targets upstream are the same in every run"
+            + (f" ({_shared_text(upstream)})" if len(upstream) <= 6 else "; --json lists them (shared_upstream)")
         )
     lines += [f"note: {note}" for note in comparison.notes]
     return lines

@@ -19,7 +19,8 @@ from marinbuild.cli.base import PatternsCommand, handles_errors, open_session
 @click.option(
     "--by",
     metavar="METRIC",
-    help="Mark the best run by this metric (e.g. eval.loss, eval_loss): the lowest, or the highest with --max.",
+    help="Mark the best run by this column and sort by it (a metric, eval.tokens.loss, eval_loss, or an attribute "
+    "that differs, threshold): the lowest, or the highest with --max.",
 )
 @click.option("--max", "maximize", is_flag=True, help="With --by: the best run has the highest value.")
 @click.option("--history", is_flag=True, help="Also the earlier outputs of the same targets still in the store.")
@@ -39,8 +40,9 @@ def compare(
     as_json: bool,
 ) -> None:
     """Compare the training runs among PATTERNS' targets: one row per run, with the
-    hyperparameters that differ between them, their final metrics and their evaluations'
-    (the targets among PATTERNS that read them). Reads the store; builds nothing."""
+    hyperparameters that differ between them and the attributes that differ anywhere
+    upstream of them (their data, and what made it), their final metrics and their
+    evaluations' (the targets among PATTERNS that read them). Reads the store; builds nothing."""
     if as_csv and as_json:
         raise click.UsageError("--csv and --json exclude each other")
     comparison = open_session(ctx).compare(patterns, by=by, maximize=maximize, history=history)

@@ -1,4 +1,4 @@
-"""Training runs side by side: `marinbuild compare` and `marinbuild.compare()`.
+"""Training runs side by side: `marinbuild compare`, `marinbuild.compare()` and the report's runs table.
 
 A *run* is an output with a `metrics.jsonl` (a `train_lm` step: one row per step); its
 *evaluations* are the outputs of the selected targets that took it as an input and have
@@ -8,21 +8,35 @@ against its digest): a run's hyperparameters are the attributes its attempt reco
 its final metrics its `summary.json` (the rule's `metrics_file`) and what its building
 attempt measured, and an evaluation belongs to the run whose key it read.
 
+What tells runs apart may lie upstream: two trainings of one recipe on data cut at two
+quality thresholds differ only in a step two before their tokens. So each run's recipe is
+walked up through the entries of what it read, recursively (its *lineage*), and every
+attribute that differs anywhere in it is a column beside the hyperparameters, named by
+where it is (`datamix:docs_scored.threshold`). A target upstream of every run is matched
+by its label; the others (a sweep's own chain per run, `scored_05`, `scored_07`) by how
+the run reaches them, and named by what their labels share (`ablation:scored_*`). A value
+is compared among the runs that have it: fine-tuning runs, which take their architecture
+from their base model, add no `model.*` column beside pretraining runs; a target in some
+lineages only is a column of its own (its rule where present).
+
+An evaluation's numbers are named by what it evaluated, as its rule says
+(`Rule.evaluated`): `eval.<data set or task>.<metric>`, so that every evaluation of the
+same data shares a column, whichever target made it and whichever run it evaluated.
+
 With `history`, every earlier output of the same labels still in the store is a row
 too: after a change of the best run's learning rate, the old best is still there to
 compare with.
-
-Evaluations of different runs that evaluate alike (the same rule and attributes but for
-the run) share their columns: `eval.loss`, not one column per evaluation target. The
-report's runs table uses the same rule (`evaluation_prefixes`).
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,13 +45,16 @@ from marinbuild.actions.results import BuildResult, Status
 from marinbuild.errors import GraphError
 from marinbuild.provenance.attempts import label_attempts
 from marinbuild.store import ActionCache, AttemptStatus, CacheEntry
-from marinbuild.targets.rule import Rule
+from marinbuild.targets.rule import COMMON_ATTRS, Rule, checkpoint_name
 
 METRICS_FILE = "metrics.jsonl"  # one JSON object a step: what makes an output a run
 # What the attempt that built a run measured (`ctx.measure`), shown with its metrics.
 MEASURED_COLUMNS = ("tokens_per_s", "wall_time_s", "time_to_first_step_s")
 CURVE_METRICS = ("train/loss", "eval/loss")
 _MAX_CURVE_BYTES = 64 * 2**20
+
+# Reads the entry of a key (None if the store has no usable one); `entry_reader` caches it.
+ReadEntry = Callable[[str], "CacheEntry | None"]
 
 
 @dataclass(frozen=True)
@@ -53,9 +70,10 @@ class Curve:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Training runs side by side: one row per run output, with the hyperparameters that
-    differ between them (`shared` holds those they all have alike), their final metrics
-    and their evaluations', and the best run marked by the metric `by`.
+    """Training runs side by side: one row per run output, with the hyperparameters and
+    upstream attributes that differ between them (`shared` and `shared_upstream` hold those
+    they all have alike), their final metrics and their evaluations', and the best run
+    marked by the column `by`.
 
     `rows` are dicts over `columns` (a value may be None); `to_pandas()` makes a DataFrame
     of them, `to_csv()` CSV, `curves_csv()` the loss curves in long form."""
@@ -66,7 +84,9 @@ class Comparison:
     by: str | None = None
     maximize: bool = False
     curves: list[Curve] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # runs left out, and why
+    notes: list[str] = field(default_factory=list)  # runs left out, lineages cut short, and why
+    shared_upstream: dict[str, Any] = field(default_factory=dict)
+    upstream_targets: int = 0  # how many targets the runs' lineages hold, matched as above
 
     @property
     def best(self) -> dict[str, Any] | None:
@@ -77,6 +97,7 @@ class Comparison:
             "columns": list(self.columns),
             "rows": self.rows,
             "shared": self.shared,
+            "shared_upstream": self.shared_upstream,
             "by": self.by,
             "maximize": self.maximize,
             "notes": self.notes,
@@ -109,79 +130,92 @@ class Comparison:
 # -- what a run is made of ------------------------------------------------------------------
 
 
+class _Label(str):
+    """A string of an attribute that names a target: shown by the name of its columns, and a
+    key of a dict (mixture weights) flattened in brackets, `data[datamix:docs_tokens]`."""
+
+
 def flatten(prefix: str, value: Any) -> Iterable[tuple[str, Any]]:
-    """Nested attribute values as `model.hidden_dim = 64` leaves."""
+    """Nested attribute values as `model.hidden_dim = 64` leaves; a list of dicts (a filter
+    chain) by position, `filters[1].min_words`; other lists whole, as JSON."""
     if isinstance(value, dict):
-        for name in value:
-            yield from flatten(f"{prefix}.{name}" if prefix else str(name), value[name])
+        for name, inner in value.items():
+            if isinstance(name, _Label):
+                yield from flatten(f"{prefix}[{name}]", inner)
+            else:
+                yield from flatten(f"{prefix}.{name}" if prefix else str(name), inner)
+    elif isinstance(value, list) and value and all(isinstance(inner, dict) for inner in value):
+        for index, inner in enumerate(value):
+            yield from flatten(f"{prefix}[{index}]", inner)
     elif isinstance(value, (str, int, float, bool)) or value is None:
-        yield prefix, value
+        yield prefix, str(value) if isinstance(value, _Label) else value
     else:
         yield prefix, json.dumps(value)
 
 
-def hyperparameters(rule: Rule | None, attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's identity attributes that name no other target, flattened (model.hidden_dim...);
-    without its rule (no longer in the workspace), every attribute but the common ones."""
-    found: dict[str, Any] = {}
-    for name, value in attrs.items():
-        attr = rule.attrs.get(name) if rule is not None else None
-        if rule is not None and (attr is None or not attr.identity or attr.type.labels(value)):
-            continue
-        if rule is None and name in ("name", "tags", "description", "resources", "timeout"):
-            continue
-        found.update(flatten(name, value))
-    return found
+def _identity_attrs(rule: Rule | None, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes that make the key (those of the rule that are identity); without the
+    rule (no longer in the workspace), every attribute but the common ones."""
+    if rule is None:
+        return {name: value for name, value in attrs.items() if name not in COMMON_ATTRS}
+    return {name: value for name, value in attrs.items() if name in rule.attrs and rule.attrs[name].identity}
 
 
-def _signature(rule_name: str, rule: Rule | None, attrs: Mapping[str, Any], runs: set[str]) -> str:
-    """What an evaluation evaluates, but for the run: evaluations of different runs with
-    the same signature share their columns."""
-    kept = {
-        name: value
-        for name, value in attrs.items()
-        if rule is None or (name in rule.attrs and rule.attrs[name].identity)
-    }
-    text = json.dumps(kept, sort_keys=True)
-    for run in runs:
-        text = text.replace(json.dumps(run), '"<run>"')
-    return f"{rule_name}:{text}"
+def _recorded_attrs(entry: CacheEntry) -> Mapping[str, Any]:
+    """Every attribute with its labels, as the attempt that made the entry recorded them."""
+    return entry.provenance.get("attrs", entry.recipe["attrs"])
 
 
-def _other_labels(value: Any, runs: set[str]) -> list[str]:
-    """The target names of the labels an evaluation's attributes mention, but the runs'."""
+def _mark_labels(value: Any, inputs: Mapping[str, Any]) -> Any:
+    """`value` with every string naming one of `inputs` (a dict key too) made a `_Label`;
+    a target read at a step is named in the inputs as that kept state (`checkpoint_name`)."""
     if isinstance(value, dict):
-        return [name for key, inner in value.items() for name in _other_labels([key, inner], runs)]
+        return {_mark_labels(name, inputs): _mark_labels(inner, inputs) for name, inner in value.items()}
     if isinstance(value, list):
-        return [name for inner in value for name in _other_labels(inner, runs)]
-    if isinstance(value, str) and value.startswith("//") and ":" in value and value not in runs:
-        return [value.rsplit(":", 1)[1]]
-    return []
+        return [_mark_labels(inner, inputs) for inner in value]
+    if isinstance(value, str) and _input_of(value, inputs) is not None:
+        return _Label(value)
+    return value
 
 
-def evaluation_prefixes(
-    evaluations: Mapping[str, tuple[str, Rule | None, Mapping[str, Any]]], runs: Iterable[str]
-) -> dict[str, str]:
-    """{evaluation label: the prefix of its columns}, from {label: (rule name, rule, attrs)}.
+def _input_of(label: str, inputs: Mapping[str, Any]) -> str | None:
+    """Under which name the inputs of an entry record what `label` stood for: the label, or
+    for a target read at a step, that kept state's name."""
+    if label in inputs:
+        return label
+    return next(
+        (
+            name
+            for name, record in inputs.items()
+            if "checkpoint_of" in record and name == checkpoint_name(label, record.get("step"))
+        ),
+        None,
+    )
 
-    Evaluations that evaluate alike — the same rule and identity attributes, but for the
-    run they evaluate — share a prefix: `eval` when there is one kind, else
-    `eval[<what it evaluates>]` (the names of the other targets it reads, e.g. its data
-    sets), or `eval[<its target name>]` where those do not tell kinds apart."""
-    run_labels = set(runs)
-    signatures = {
-        label: _signature(rule_name, rule, attrs, run_labels) for label, (rule_name, rule, attrs) in evaluations.items()
-    }
-    kinds = list(dict.fromkeys(signatures.values()))
-    if len(kinds) <= 1:
-        return {label: "eval" for label in evaluations}
-    first = {kind: next(label for label, found in signatures.items() if found == kind) for kind in kinds}
-    described = {
-        kind: "+".join(dict.fromkeys(_other_labels(dict(evaluations[first[kind]][2]), run_labels))) for kind in kinds
-    }
-    distinct = len(set(described.values())) == len(kinds) and all(described.values())
-    names = {kind: described[kind] if distinct else first[kind].rsplit(":", 1)[1] for kind in kinds}
-    return {label: f"eval[{names[signatures[label]]}]" for label in evaluations}
+
+def _labels(value: Any) -> list[_Label]:
+    """The `_Label`s of a marked value, in order, each once."""
+    found: list[_Label] = []
+    if isinstance(value, dict):
+        for name, inner in value.items():
+            found += _labels(name) + _labels(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            found += _labels(inner)
+    elif isinstance(value, _Label):
+        found.append(value)
+    return list(dict.fromkeys(found))
+
+
+def _relabel(value: Any, names: Mapping[str, str]) -> Any:
+    """A marked value with each label replaced by the name its columns go by."""
+    if isinstance(value, dict):
+        return {_relabel(name, names): _relabel(inner, names) for name, inner in value.items()}
+    if isinstance(value, list):
+        return [_relabel(inner, names) for inner in value]
+    if isinstance(value, _Label):
+        return _Label(names.get(value, value))
+    return value
 
 
 def _numbers(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,6 +224,272 @@ def _numbers(values: Mapping[str, Any]) -> dict[str, Any]:
         for name, value in values.items()
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
     }
+
+
+# -- lineage: everything upstream of a run, from the store -------------------------------------
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A target a run's output was made from, directly or not, as the entries record it."""
+
+    label: str
+    path: tuple[str, ...]  # how the run reaches it first: `attribute[position]` at each step
+    what: str  # its rule; for a source file, its content digest; or why it is unknown
+    attrs: dict[str, Any]  # its identity attributes, labels marked (empty for a source file)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A run's own attributes and every target upstream of it, nearest first."""
+
+    attrs: dict[str, Any]  # the run's identity attributes, labels marked
+    upstream: dict[str, Upstream]
+    gone: tuple[str, ...] = ()  # upstream labels whose entries the store no longer holds
+
+
+def entry_reader(cache: ActionCache) -> ReadEntry:
+    """Reads entries, each once: the runs of a sweep share most of their lineage."""
+
+    @functools.cache
+    def read(key: str) -> CacheEntry | None:
+        entry = cache.read_entry(key)
+        return entry if isinstance(entry, CacheEntry) else None
+
+    return read
+
+
+def lineage(entry: CacheEntry, read: ReadEntry, rules: Mapping[str, Rule]) -> Lineage:
+    """Walk the recipe of `entry` up through the entries of its inputs, breadth first: each
+    target by the first path that reaches it."""
+
+    def marked(found: CacheEntry) -> dict[str, Any]:
+        inputs = found.provenance.get("inputs", {})
+        attrs = _identity_attrs(rules.get(found.recipe["rule"]), _recorded_attrs(found))
+        return {name: _mark_labels(value, inputs) for name, value in attrs.items()}
+
+    own = marked(entry)
+    upstream: dict[str, Upstream] = {}
+    gone: list[str] = []
+
+    def reach(label: str, record: Mapping[str, Any], where: tuple[str, ...]) -> None:
+        if "source" in record:
+            upstream[label] = Upstream(label, where, f"file {record['source'][:12]}", {})
+            return
+        found = read(record.get("checkpoint_of", record.get("key", "")))
+        if found is None:
+            gone.append(label)
+            upstream[label] = Upstream(label, where, "not in the store", {})
+            return
+        upstream[label] = Upstream(label, where, found.recipe["rule"], marked(found))
+        queue.append((found, upstream[label].attrs, where))
+
+    queue: deque[tuple[CacheEntry, dict[str, Any], tuple[str, ...]]] = deque([(entry, own, ())])
+    while queue:
+        current, attrs, path = queue.popleft()
+        inputs = current.provenance.get("inputs", {})
+        named: set[str] = set()
+        for name, value in attrs.items():
+            for position, label in enumerate(_labels(value)):
+                recorded = _input_of(label, inputs)
+                named.add(recorded or label)
+                if label not in upstream:
+                    reach(label, inputs.get(recorded, {}), (*path, f"{name}[{position}]"))
+        # What the attributes do not name as such (py_step's file of `fn`): by its place among the inputs.
+        others = [name for name in inputs if name not in named and name not in upstream]
+        for position, label in enumerate(others):
+            reach(label, inputs[label], (*path, f"inputs[{position}]"))
+    return Lineage(own, upstream, tuple(gone))
+
+
+# Where a label's name may be cut for a common name: `docs_scored_05` and `docs_scored_07`
+# share `docs_scored_*`, not `docs_scored_0*`.
+_SEPARATORS = "_-.:/"
+
+
+def _short_labels(labels: Iterable[str]) -> dict[str, str]:
+    """`//experiments/datamix:docs_scored` as `datamix:docs_scored`, or whole where two
+    labels would read alike."""
+
+    def short(label: str) -> str:
+        package, _, name = label.removeprefix("//").partition(":")
+        return f"{package.rsplit('/', 1)[-1]}:{name}"
+
+    labels = set(labels)
+    counts = Counter(short(label) for label in labels)
+    return {label: short(label) if counts[short(label)] == 1 else label.removeprefix("//") for label in labels}
+
+
+def _common_name(names: Sequence[str]) -> str:
+    """One name for targets that stand in the same place of different runs' lineages: the
+    whole words their names share, the rest a `*` (`ablation:scored_*`)."""
+    distinct = sorted(set(names))
+    if len(distinct) == 1:
+        return distinct[0]
+    prefix = _whole_words(os.path.commonprefix(distinct), distinct)
+    ends = [name[len(prefix) :][::-1] for name in distinct]
+    suffix = _whole_words(os.path.commonprefix(ends), ends)[::-1]
+    return f"{prefix}*{suffix}"
+
+
+def _whole_words(prefix: str, names: Sequence[str]) -> str:
+    """`prefix` of every one of `names`, cut back to where a word ends in each of them."""
+    while prefix and not (
+        prefix[-1] in _SEPARATORS or all(len(name) == len(prefix) or name[len(prefix)] in _SEPARATORS for name in names)
+    ):
+        prefix = prefix[:-1]
+    return prefix
+
+
+def align(lineages: Sequence[Lineage]) -> list[dict[str, str]]:
+    """For each lineage, {upstream label: the name of its columns}. A label upstream of every
+    run is its own name; the others are matched by the path that reaches them (a sweep's
+    chain per run) and named by what their labels share."""
+    if not lineages:
+        return []
+    shorts = _short_labels(label for found in lineages for label in found.upstream)
+    everywhere = set.intersection(*(set(found.upstream) for found in lineages))
+    names = [{label: shorts[label] for label in found.upstream if label in everywhere} for found in lineages]
+    taken = {shorts[label] for label in everywhere}
+    at_path: dict[tuple[str, ...], list[tuple[int, str]]] = {}
+    for index, found in enumerate(lineages):
+        for label, node in found.upstream.items():
+            if label not in everywhere:
+                at_path.setdefault(node.path, []).append((index, label))
+    for path, members in at_path.items():
+        name = _common_name([shorts[label] for _index, label in members])
+        if name in taken:  # another place's targets read alike: say where this one is
+            name = f"{name} ({'.'.join(path)})"
+        taken.add(name)
+        for index, label in members:
+            names[index][label] = name
+    return names
+
+
+# -- what differs ---------------------------------------------------------------------------
+
+# The group of the columns that say which targets a lineage holds: present in every run.
+_TARGETS = ""
+
+
+@dataclass(frozen=True)
+class Differences:
+    """What tells runs apart, for a table of them: per run, the hyperparameters (identity
+    attributes naming no target) and the upstream attributes (the run's data and their
+    weights, every identity attribute of every target upstream, and which targets there are)
+    whose values differ between the runs that have them. A value is compared within its
+    group, a top-level attribute of the run or of a target upstream: a run whose rule has no
+    such attribute, or whose lineage no such target, takes no part (its cell is empty)."""
+
+    columns: tuple[str, ...]  # hyperparameters first, then upstream
+    rows: list[dict[str, Any]]  # per run, {column: value}
+    shared: dict[str, Any]  # hyperparameters alike in every run that has them
+    shared_upstream: dict[str, Any]  # upstream attributes alike in every run that has them
+    upstream_targets: int
+    notes: tuple[str, ...]  # lineages cut short
+
+
+def _compare_groups(
+    found: Sequence[Mapping[str, Mapping[str, Any]]],
+) -> tuple[list[str], list[dict[str, Any]], dict[str, Any]]:
+    """(the columns whose values differ, per run {column: value} of those, {column: value}
+    of the others) over per-run {group: {column: value}}: a column is compared among the
+    runs that have its group, one of them without a value there holding None."""
+    group_of: dict[str, str] = {}
+    for groups in found:
+        for group, values in groups.items():
+            for column in values:
+                group_of.setdefault(column, group)
+    differing, shared = [], {}
+    for column, group in group_of.items():
+        having = [groups[group].get(column) for groups in found if group in groups]
+        if len({json.dumps(value, sort_keys=True) for value in having}) > 1:
+            differing.append(column)
+        else:
+            shared[column] = having[0]
+    rows = [{column: groups.get(group_of[column], {}).get(column) for column in differing} for groups in found]
+    return differing, rows, shared
+
+
+def _upstream_groups(found: Lineage, named: Mapping[str, str], labelled: set[str]) -> dict[str, dict[str, Any]]:
+    """A lineage's upstream columns by group: the run's attributes that name targets (its
+    data, with their weights), which targets there are, and each one's attributes."""
+    own = {name: _relabel(value, named) for name, value in found.attrs.items() if name in labelled}
+    groups = {name: dict(flatten(name, value)) for name, value in own.items()}
+    groups[_TARGETS] = {named[label]: node.what for label, node in found.upstream.items()}
+    for label, node in found.upstream.items():
+        for attr, value in node.attrs.items():
+            where = f"{named[label]}.{attr}"
+            groups[where] = dict(flatten(where, _relabel(value, named)))
+    return groups
+
+
+def side_by_side(entries: Sequence[CacheEntry], read: ReadEntry, rules: Mapping[str, Rule]) -> Differences:
+    """The differences between the runs whose entries are `entries`, in their own recipes
+    and in their lineages (each entry read once, whichever runs share it)."""
+    lineages = [lineage(entry, read, rules) for entry in entries]
+    names = align(lineages)
+    # An attribute naming a target in any run (`data`, `init_from`) is of the lineage in every run.
+    labelled = {name for found in lineages for name, value in found.attrs.items() if _labels(value)}
+    params = [
+        {name: dict(flatten(name, value)) for name, value in found.attrs.items() if name not in labelled}
+        for found in lineages
+    ]
+    upstream = [_upstream_groups(found, named, labelled) for found, named in zip(lineages, names)]
+    param_columns, param_rows, shared = _compare_groups(params)
+    upstream_columns, upstream_rows, alike = _compare_groups(upstream)
+    targets = {name for named in names for name in named.values()}
+    notes = tuple(
+        f"the lineage of {entry.label} ({entry.key[:12]}) stops at {', '.join(found.gone)}: no longer in the store"
+        for entry, found in zip(entries, lineages)
+        if found.gone
+    )
+    return Differences(
+        (*param_columns, *upstream_columns),
+        [{**own, **other} for own, other in zip(param_rows, upstream_rows)],
+        shared,
+        {column: value for column, value in alike.items() if column not in targets},
+        len(targets),
+        notes,
+    )
+
+
+# -- evaluations ----------------------------------------------------------------------------
+
+
+def evaluation_columns(rule: Rule | None, target: str, metrics: Any) -> dict[str, Any]:
+    """An evaluation's numbers as columns named by what it evaluated, as its rule says
+    (`Rule.evaluated`): `eval.<data set or task>.<metric>`. A rule that does not say has its
+    numbers named by the target (`<target name>.<metric>`)."""
+    if not isinstance(metrics, dict):
+        return {}
+    if rule is None or rule.evaluated is None:
+        return {f"{target.rsplit(':', 1)[-1]}.{name}": value for name, value in _numbers(metrics).items()}
+    found: dict[str, Any] = {}
+    for what, values in rule.evaluated(metrics).items():
+        prefix = f"eval.{what}" if what else "eval"
+        found.update((f"{prefix}.{name}", value) for name, value in _numbers(values).items())
+    return found
+
+
+def column_named(name: str, columns: Sequence[str]) -> str:
+    """The column `--by` names: as written; else the one column of that attribute or metric
+    (`threshold` for `ablation:scored_*.threshold`), or `eval.<metric>` for the one
+    evaluation column of that metric (`eval.loss` where the runs are evaluated on one data set)."""
+    if name in columns:
+        return name
+    matches = [column for column in columns if column.endswith(f".{name}")]
+    if not matches and name.startswith("eval."):
+        metric = name.removeprefix("eval.")
+        matches = [column for column in columns if column.startswith("eval.") and column.endswith(f".{metric}")]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise GraphError(f"'{name}' could be any of {', '.join(matches)}", hint="name one of those columns")
+    raise GraphError(
+        f"no run has a metric or attribute '{name}'",
+        hint=f"the columns of these runs: {', '.join(columns) or 'none'}",
+    )
 
 
 # -- reading runs back ----------------------------------------------------------------------
@@ -248,15 +548,15 @@ class _Reader:
 
     def __init__(self, cache: ActionCache):
         self.cache = cache
-        self._entries: dict[str, CacheEntry | None] = {}
+        self.read = entry_reader(cache)  # entries, for lineages too
+        self._usable: dict[str, CacheEntry | None] = {}
 
     def usable(self, key: str) -> CacheEntry | None:
         """The entry of `key` if its outputs are still in the store, verified."""
-        if key not in self._entries:
-            entry = self.cache.read_entry(key)
-            ok = isinstance(entry, CacheEntry) and self.cache.lookup(key).outputs is not None
-            self._entries[key] = entry if ok and isinstance(entry, CacheEntry) else None
-        return self._entries[key]
+        if key not in self._usable:
+            entry = self.read(key)
+            self._usable[key] = entry if entry is not None and self.cache.lookup(key).outputs is not None else None
+        return self._usable[key]
 
     def outputs(self, label: str, current_key: str | None, history: bool) -> list[_Output]:
         """The outputs of `label`: its current recipe's, then (with `history`) its earlier
@@ -308,58 +608,52 @@ def compare(
                 f"{label} is not built for its current recipe ({result.reason})"
                 + ("" if history else "; --history shows its earlier outputs")
             )
-    run_labels = {output.label for output in runs}
     if not runs:
         raise GraphError(
             "no training run among the targets named has an output in the store"
             + ("" if history else " for its current recipe"),
             hint="a run is a step whose output has a metrics.jsonl (train_lm); build it, or add --history",
         )
+    run_labels = {output.label for output in runs}
     evaluations = _evaluations(cache, reader, graph.deps, evaluators, run_labels, planned)
-    prefixes = evaluation_prefixes(
-        {
-            label: (graph_targets[label].rule.name, graph_targets[label].rule, dict(graph_targets[label].attrs))
-            for label in evaluators
-        },
-        run_labels,
-    )
-    rows, params = [], []
+    differences = side_by_side([output.entry for output in runs], reader.read, rules)
+    rows = []
     for output in runs:
-        rule = rules.get(output.entry.recipe["rule"])
-        params.append(hyperparameters(rule, output.entry.provenance.get("attrs", output.entry.recipe["attrs"])))
         row: dict[str, Any] = {"run": output.label, "key": output.entry.key[:12]}
         if history:
             row["current"] = output.current
         row["built"] = output.entry.provenance.get("finished")
         evaluated = evaluations.get((output.label, output.entry.key), [])
-        rows.append((row, _metrics(cache, rules, output, evaluated, prefixes)))
-    names = list(dict.fromkeys(name for found in params for name in found))
-    differing = [name for name in names if len({json.dumps(found.get(name)) for found in params}) > 1]
-    shared = {name: params[0].get(name) for name in names if name not in differing}
+        rows.append((row, _metrics(cache, rules, output, evaluated)))
     metric_names = list(dict.fromkeys(name for _row, metrics in rows for name in metrics))
-    if by is not None and by not in metric_names:
-        raise GraphError(
-            f"no run has a metric '{by}'", hint=f"the metrics of these runs: {', '.join(metric_names) or 'none'}"
-        )
+    if by is not None:
+        by = column_named(by, [*differences.columns, *metric_names])
     table = [
-        {**row, **{name: found.get(name) for name in differing}, **{name: metrics.get(name) for name in metric_names}}
-        for (row, metrics), found in zip(rows, params)
+        {**row, **found, **{name: metrics.get(name) for name in metric_names}}
+        for (row, metrics), found in zip(rows, differences.rows)
     ]
     table = _rank(table, by, maximize)
     columns = tuple(table[0].keys())  # every row has the same; `best` last
     curves = [curve for output in runs for curve in _curves(cache, output)]
-    return Comparison(tuple(columns), table, shared, by, maximize, curves, notes)
+    return Comparison(
+        columns,
+        table,
+        differences.shared,
+        by,
+        maximize,
+        curves,
+        [*notes, *differences.notes],
+        differences.shared_upstream,
+        differences.upstream_targets,
+    )
 
 
 def _metrics(
-    cache: ActionCache,
-    rules: Mapping[str, Rule],
-    run: _Output,
-    evaluations: Sequence[_Output],
-    prefixes: Mapping[str, str],
+    cache: ActionCache, rules: Mapping[str, Rule], run: _Output, evaluations: Sequence[_Output]
 ) -> dict[str, Any]:
     """A run's final numbers: its summary (the rule's `metrics_file`), what its building
-    attempt measured, and each evaluation's summary under its kind's prefix (`eval.loss`)."""
+    attempt measured, and each evaluation's summary named by what it evaluated
+    (`eval.tokens.loss`); of two evaluations of the same data, the first one's."""
     rule = rules.get(run.entry.recipe["rule"])
     metrics = _numbers(_read_json(cache, run.entry, rule.metrics_file if rule else None) or {})
     measured = run.entry.provenance.get("measured", {})
@@ -367,8 +661,8 @@ def _metrics(
     for evaluation in evaluations:
         evaluation_rule = rules.get(evaluation.entry.recipe["rule"])
         found = _read_json(cache, evaluation.entry, evaluation_rule.metrics_file if evaluation_rule else None)
-        prefix = prefixes.get(evaluation.label, "eval")
-        metrics.update((f"{prefix}.{name}", value) for name, value in _numbers(found or {}).items())
+        for name, value in evaluation_columns(evaluation_rule, evaluation.label, found).items():
+            metrics.setdefault(name, value)
     return metrics
 
 

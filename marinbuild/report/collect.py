@@ -20,7 +20,8 @@ from typing import Any
 from marinbuild import provenance
 from marinbuild.actions.graph import Graph
 from marinbuild.actions.results import Status, TargetResult
-from marinbuild.provenance.compare import metric_rows
+from marinbuild.packages.rule_modules import workspace_rules
+from marinbuild.provenance.compare import Differences, entry_reader, metric_rows, side_by_side
 from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
 from marinbuild.store.action_cache import CacheEntry
@@ -131,11 +132,14 @@ class Report:
     graph: Graph
     steps: dict[str, StepReport]  # dependencies first
     failures: list[Failure]
+    # What tells the runs apart (hyperparameters, and attributes anywhere upstream), a row each
+    # in the order of `runs`, as `marinbuild compare` finds it.
+    differences: Differences | None = None
 
     @property
     def runs(self) -> list[StepReport]:
-        """Steps whose output has a metrics.jsonl: training runs."""
-        return [step for step in self.steps.values() if step.metrics_rows]
+        """Steps whose output has a metrics.jsonl: training runs (each with its entry)."""
+        return [step for step in self.steps.values() if step.entry is not None and step.metrics_rows]
 
     @property
     def fits(self) -> list[StepReport]:
@@ -181,7 +185,10 @@ def collect(session: Session, patterns: Sequence[str]) -> Report:
             _read_outputs(session, step, entry)
         steps[label] = step
     failures = [_failure(session, step) for step in steps.values() if step.status is StepStatus.FAILED]
-    return Report(list(patterns), session.store.url, str(session.workspace.root), graph, steps, failures)
+    report = Report(list(patterns), session.store.url, str(session.workspace.root), graph, steps, failures)
+    entries = [step.entry for step in report.runs if step.entry is not None]  # every run's (`runs`)
+    report.differences = side_by_side(entries, entry_reader(session.cache), workspace_rules(session.workspace))
+    return report
 
 
 def _status(result: TargetResult, attempts: list[provenance.AttemptRecord]) -> StepStatus:

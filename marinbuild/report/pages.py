@@ -17,12 +17,13 @@ from typing import Any
 
 from marinbuild.actions.keys import checkpoint_key
 from marinbuild.hashing import digest_bytes
-from marinbuild.provenance.compare import evaluation_prefixes
-from marinbuild.provenance.compare import hyperparameters as run_hyperparameters
+from marinbuild.provenance import AttemptRecord
+from marinbuild.provenance.compare import Differences, evaluation_columns
 from marinbuild.provenance.data_counts import DataCounts, data_counts
 from marinbuild.report import diagram, plots
 from marinbuild.report.collect import SUMMARY_FILE, AttemptView, OutputFile, Report, StepReport, StepStatus
 from marinbuild.sizes import human_size
+from marinbuild.targets.distributions import Distribution, distributions
 
 STEPS_DIR = "steps"
 _MAX_FILES_LISTED = 500
@@ -156,21 +157,15 @@ def _duration(seconds: float | None) -> str:
 # -- runs: hyperparameters, final metrics, curves --------------------------------------------
 
 
-def hyperparameters(step: StepReport) -> dict[str, Any]:
-    """A run's identity attributes that name no other target, flattened (model.hidden_dim...),
-    as `marinbuild compare` shows them."""
-    return run_hyperparameters(step.target.rule, step.target.attrs)
-
-
 # What the attempt that built a run measured (`ctx.measure`), shown in the runs table.
 MEASURED_COLUMNS = ("tokens_per_s", "wall_time_s")
 
 
-def final_metrics(report: Report, step: StepReport, prefixes: dict[str, str] | None = None) -> dict[str, Any]:
+def final_metrics(report: Report, step: StepReport) -> dict[str, Any]:
     """The run's summary.json numbers (else the last value of each loss in metrics.jsonl),
-    the speed its building attempt measured, then the numbers of each evaluation
-    (metrics.json) built on it, under the prefix its kind of evaluation shares with the
-    other runs' (`eval.loss`: `evaluation_prefixes`)."""
+    the speed its building attempt measured, then the numbers of each evaluation built on
+    it, named by what it evaluated as `marinbuild compare` names them (`eval.tokens.loss`:
+    `evaluation_columns`); of two evaluations of the same data, the first one's."""
     summary = step.json_file(SUMMARY_FILE)
     found: dict[str, Any] = {}
     if isinstance(summary, dict):
@@ -181,59 +176,54 @@ def final_metrics(report: Report, step: StepReport, prefixes: dict[str, str] | N
     measured = step.entry.provenance.get("measured", {}) if step.entry is not None else {}
     found.update((name, measured[name]) for name in MEASURED_COLUMNS if _is_number(measured.get(name)))
     for dependent in step.dependents:
-        metrics = report.steps[dependent].json_file("metrics.json")
-        if isinstance(metrics, dict):
-            name = (prefixes or {}).get(dependent, "eval")
-            found.update((f"{name}.{metric}", value) for metric, value in metrics.items() if _is_number(value))
+        evaluation = report.steps[dependent]
+        rule = evaluation.target.rule
+        if rule.metrics_file is None or step.label in {label for label, _at in evaluation.target.steps_read().values()}:
+            continue  # no metrics, or it evaluates a checkpoint the run kept, not the run
+        for name, value in evaluation_columns(rule, dependent, evaluation.json_file(rule.metrics_file)).items():
+            found.setdefault(name, value)
     return found
-
-
-def _evaluation_prefixes(report: Report, runs: list[StepReport]) -> dict[str, str]:
-    """The column prefix of each evaluation of the runs: one set of columns per kind of
-    evaluation (provenance/compare.py), not one per evaluation target."""
-    evaluations = {
-        dependent: report.steps[dependent].target
-        for step in runs
-        for dependent in step.dependents
-        if report.steps[dependent].json_file("metrics.json") is not None
-    }
-    return evaluation_prefixes(
-        {label: (target.rule.name, target.rule, dict(target.attrs)) for label, target in evaluations.items()},
-        [step.label for step in runs],
-    )
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
+def _shared_note(differences: Differences, runs: int) -> str:
+    """What every run has alike, said once above the table: the hyperparameters, and how many
+    attributes upstream (listed when the line is clicked)."""
+    parts = []
+    if differences.shared:
+        common = ", ".join(f"{name} = {_number(value)}" for name, value in differences.shared.items())
+        label = "Common to every run" if runs > 1 else "Hyperparameters"
+        parts.append(f'<p id="shared-hyperparameters">{label}: {escape(common)}</p>')
+    upstream = differences.shared_upstream
+    if upstream:
+        listed = "".join(f"<li>{escape(name)} = {escape(_number(value))}</li>" for name, value in upstream.items())
+        parts.append(
+            f'<details id="shared-upstream"><summary>{len(upstream)} attributes of the '
+            f"{differences.upstream_targets} targets upstream are the same in every run</summary>"
+            f"<ul>{listed}</ul></details>"
+        )
+    return "".join(parts)
+
+
 def _runs_section(report: Report) -> str:
-    runs = report.runs
-    if not runs:
+    runs, differences = report.runs, report.differences
+    if not runs or differences is None:
         return (
             '<section id="runs"><h2>Training runs</h2>'
             '<p class="meta">No built step of the selection has a metrics.jsonl.</p></section>'
         )
-    params = {step.label: hyperparameters(step) for step in runs}
-    prefixes = _evaluation_prefixes(report, runs)
-    metrics = {step.label: final_metrics(report, step, prefixes) for step in runs}
-    param_names = list(dict.fromkeys(name for found in params.values() for name in found))
+    metrics = {step.label: final_metrics(report, step) for step in runs}
     metric_names = list(dict.fromkeys(name for found in metrics.values() for name in found))
-    # The table shows the hyperparameters that differ between runs; those they share are said once above it.
-    shared = {
-        name: params[runs[0].label].get(name)
-        for name in param_names
-        if len({json.dumps(found.get(name)) for found in params.values()}) == 1
-    }
-    param_names = [name for name in param_names if name not in shared]
-    common = ", ".join(f"{name} = {_number(value)}" for name, value in shared.items())
     rows = [
         [f"<td>{_link(step.label, STEPS_DIR + '/')}</td>", f"<td>{_badge(step.status)}</td>"]
-        + [_cell(params[step.label].get(name)) for name in param_names]
+        + [_cell(found.get(name)) for name in differences.columns]
         + [_cell(metrics[step.label].get(name)) for name in metric_names]
-        for step in runs
+        for step, found in zip(runs, differences.rows)
     ]
-    table = _table(["run", "status", *param_names, *metric_names], rows, "runs-table", sortable=True)
+    table = _table(["run", "status", *differences.columns, *metric_names], rows, "runs-table", sortable=True)
     one_package = len({step.target.label.package for step in runs}) == 1
     curves = [
         curve
@@ -245,18 +235,15 @@ def _runs_section(report: Report) -> str:
         if curves
         else ""
     )
+    notes = "".join(f'<p class="meta">{escape(note)}</p>' for note in differences.notes)
     return (
         '<section id="runs"><h2>Training runs</h2>'
-        "<p class=\"meta\">Hyperparameters are the recipe's; final metrics come from each run's outputs "
-        "and its evaluations, tokens_per_s and wall_time_s from the attempt that trained it. "
-        "Click a column to sort.</p>"
-        + (
-            f'<p id="shared-hyperparameters">{"Common to every run" if len(runs) > 1 else "Hyperparameters"}: '
-            f"{escape(common)}</p>"
-            if common
-            else ""
-        )
-        + f"{table}<h3>Loss curves</h3>{figure}</section>"
+        '<p class="meta">Hyperparameters are the recipe\'s, and so are the attributes upstream that tell the '
+        "runs apart (<code>ablation:scored_*.threshold</code>: of the target in that place of each run's lineage); "
+        "final metrics come from each run's outputs and its evaluations, named by what they evaluated, tokens_per_s "
+        "and wall_time_s from the attempt that trained it. Click a column to sort.</p>"
+        + _shared_note(differences, len(runs))
+        + f"{notes}{table}<h3>Loss curves</h3>{figure}</section>"
     )
 
 
@@ -447,10 +434,22 @@ def _graph_section(report: Report) -> str:
     return f'<section id="graph"><h2>Graph</h2><p class="legend">{legend}</p><div class="scroll">{svg}</div></section>'
 
 
+def _last_attempt(step: StepReport) -> tuple[AttemptRecord | None, str]:
+    """The newest attempt at the step's current key, and how it ended; where there is none,
+    the newest at another key, said so: an older recipe's failure is not this output's."""
+    at_key = [view.record for view in step.attempts if view.record.key == step.key]
+    if at_key:
+        return at_key[-1], at_key[-1].status.value
+    if not step.attempts:
+        return None, ""
+    last = step.attempts[-1].record
+    return last, f"{last.status.value}, at another key ({last.key[:12]})"
+
+
 def _steps_section(report: Report) -> str:
     rows = []
     for step in report.steps.values():
-        last = step.attempts[-1].record if step.attempts else None
+        last, outcome = _last_attempt(step)
         rows.append(
             [
                 f"<td>{_link(step.label, STEPS_DIR + '/')}</td>",
@@ -458,7 +457,7 @@ def _steps_section(report: Report) -> str:
                 f'<td data-sort="{step.status.value}">{_badge(step.status)}</td>',
                 f"<td><code>{escape((step.key or '')[:12])}</code></td>",
                 _cell(len(step.attempts)),
-                f"<td>{escape(last.status.value if last else '')}</td>",
+                f"<td>{escape(outcome)}</td>",
                 f'<td class="num" data-sort="{last.duration_s if last and last.duration_s is not None else ""}">'
                 f"{escape(_duration(last.duration_s) if last else '')}</td>",
                 f"<td>{escape(last.host or '' if last else '')}</td>",
@@ -562,6 +561,17 @@ def _data_block(counts: DataCounts) -> str:
     return "\n".join(parts)
 
 
+def _distributions_block(cuts: Sequence[Distribution]) -> str:
+    """What a step cut on: a histogram each, its threshold a line, its quantiles below it."""
+    parts = ['<p class="meta">What the step cut on, over every document: the threshold is the dashed line.</p>']
+    for cut in cuts:
+        kept = cut.cut()
+        caption = f"{cut.name}: {cut.summary()}" + (f"; {kept}" if kept else "")
+        svg = plots.histogram_svg(cut)
+        parts.append(f'<figure class="distribution">{svg}<figcaption>{escape(caption)}</figcaption></figure>')
+    return "\n".join(parts)
+
+
 def _checkpoint_facts(step: StepReport) -> list[tuple[str, str]]:
     """The checkpoints a training keeps (each an entry of its own, by key), and the one a
     target reads instead of a whole output (docs/checkpoints.md)."""
@@ -589,12 +599,10 @@ def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
         ("used by", ", ".join(_link(dependent, "") for dependent in step.dependents) or "—"),
     ]
     if step.last_build is not None:
-        facts.append(
-            (
-                "last build",
-                escape(step.last_build.status + (f": {step.last_build_reason}" if step.last_build_reason else "")),
-            )
-        )
+        built = step.last_build
+        elsewhere = f", at another key ({built.key[:12]})" if built.key and built.key != step.key else ""
+        reason = f": {step.last_build_reason}" if step.last_build_reason else ""
+        facts.append(("last build", escape(built.status + elsewhere + reason)))
     if step.pin is not None:
         facts.append(("external artifact", _pin_text(step.pin)))
     facts += _checkpoint_facts(step)
@@ -625,6 +633,9 @@ def _step_page(report: Report, step: StepReport) -> tuple[str, str]:
     counts = data_counts(summary) if isinstance(summary, dict) else None
     if counts is not None:
         body += ['<h2 id="documents">Documents</h2>', _data_block(counts)]
+    cuts = distributions(summary) if isinstance(summary, dict) else None
+    if cuts is not None:
+        body += ['<h2 id="distributions">Distributions</h2>', _distributions_block(cuts)]
     if isinstance(summary, dict):
         body += [f"<h3>{SUMMARY_FILE}</h3>", _json_block(summary)]
     if step.fit is not None:

@@ -2,9 +2,10 @@
 
 The context is deliberately small: resolved attributes, the files of each input, a fresh
 output directory, a logger that writes to the step's log in the store, and a progress
-callback, and `measure()` for facts about the attempt (timing) that are kept apart from
-the output. It is JSON-serializable (less the logger and callback), so the same object is
-rebuilt inside a worker process for rules that run in a subprocess.
+callback, `measure()` for facts about the attempt (timing) that are kept apart from
+the output, and `warn()` for what the person building should know of it. It is
+JSON-serializable (less the logger and callback), so the same object is rebuilt inside a
+worker process for rules that run in a subprocess.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from marinbuild.targets.shards import ShardFn, ShardResult, ShardUnit
 ProgressFn = Callable[[float, "float | None", str], None]
 # Publishes a kept state of the running step: its step, and the directory holding its files.
 CheckpointFn = Callable[[int, Path], None]
+# Among what an attempt measured, the warnings it gave (`Context.warn`), which the build prints.
+WARNINGS = "warnings"
 
 
 class StepFailed(Exception):
@@ -212,6 +215,15 @@ class Context:
         entry's provenance. An output holds only what the recipe determines, so that two
         builds of one key publish the same tree and dependents keep their keys."""
         self.measured.update(values)
+
+    def warn(self, message: str) -> None:
+        """Warn the person building of something the step did not fail for but they should
+        not miss (a cut that keeps none or all of the documents): the build prints
+        `WARNING: LABEL: message` when the step ends, before the line saying how it ended,
+        and its attempt keeps the message with what it measured (under WARNINGS), so that
+        `log` and `show` say it again. Kept that way, it reaches the builder from a worker
+        process or a cluster's host as `measure`'s values do."""
+        self.measured[WARNINGS] = [*self.measured.get(WARNINGS, []), message]
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -211,6 +211,11 @@ class Rule:
     # A JSON file among the outputs holding the step's summary metrics (e.g. "summary.json"),
     # shown by `marinbuild show` and returned by `marinbuild.metrics()`.
     metrics_file: str | None = None
+    # For a rule that evaluates a model: the numbers of its metrics file by what was evaluated,
+    # {data set or task: {metric: value}} ("a+b" for a number over several). `compare` and the
+    # report name each `eval.<what>.<metric>`, so that evaluations of the same data share a column
+    # whichever target made them; the engine never reads the metrics file's layout itself.
+    evaluated: Callable[[Mapping[str, Any]], Mapping[str, Mapping[str, Any]]] | None = None
     # For a step whose bytes are not reproducible (training): `rerun --check` compares these
     # metrics, each within its relative tolerance, instead of the output bytes.
     check_metrics: Mapping[str, float] | None = None

@@ -34,7 +34,7 @@ from marinbuild.targets import Attr, Resources, Rule, ShardResult, ShardUnit
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import AttrError, JsonValue
 from marinbuild.targets.context import Context
-from rules.corpus_shards import SPLITS, SUMMARY, corpus_root
+from rules.corpus_shards import SPLITS, SUMMARY, check_not_emptied, corpus_root, split_counts
 from rules.webdata.dedup_config import DedupConfig
 from rules.webdata.documents import Skips, read_documents
 
@@ -114,6 +114,18 @@ def _dedup(ctx: Context) -> None:
         result.place(_MEMBERS, ctx.out / CLUSTERS / result.name)
     summary = {**_summary(results), "config": config.to_json(), "clusters": clusters.counts.to_json()}
     (ctx.out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    check_not_emptied(
+        split_counts(results, lambda result: result.read_json(_COUNTS)["dedup"]["documents"]),
+        summary["documents"],
+        "dedup removed",
+        lambda: _removed(summary["removed"]),
+    )
+
+
+def _removed(removed: Mapping[str, int]) -> str:
+    """What dedup removed, in words: "exact duplicates 3, near duplicates 2"."""
+    named = {"exact": "exact duplicates", "near": "near duplicates", "emptied": "left without a paragraph"}
+    return ", ".join(f"{words} {removed[name]:,}" for name, words in named.items() if removed[name])
 
 
 def _summary(results: list[ShardResult]) -> dict[str, Any]:

@@ -7,7 +7,11 @@ filter's parameter filters every shard again, and nothing upstream. The output i
 corpus in the layout of every data rule (`train/`, `validation/`, `summary.json`), with
 each rejected document beside it under `rejected/`, with the filter that rejected it and
 why, and `summary.json` counting what each filter saw, kept and rejected, and the input
-lines skipped (not JSON, no text...), by reason.
+lines skipped (not JSON, no text...), by reason. A filter with a threshold on a score
+(`filters.ThresholdFilter`: language, quality_threshold) has its scores' distribution in
+`summary.json` too (`distributions`): each unit counts them into a histogram of fixed bins,
+which the driver adds up (`score_distribution`), and a threshold that keeps none or all of
+the documents it scored is a warning of the build.
 
 The language filter's fastText model is an input of the step, `language_model`: a label
 (a `train_fasttext` target, an `external` directory pinned by its digest, a source file),
@@ -29,13 +33,16 @@ from marinbuild.targets import Attr, Resources, Rule, ShardResult, ShardUnit
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import AttrError, JsonValue
 from marinbuild.targets.context import Context, StepFailed
-from rules.corpus_shards import PROGRESS_EVERY, SPLITS, SUMMARY, corpus_root
+from marinbuild.targets.distributions import Distribution
+from rules.corpus_shards import PROGRESS_EVERY, SPLITS, SUMMARY, check_not_emptied, corpus_root, split_counts
 from rules.webdata.documents import Skips, read_documents
-from rules.webdata.filters import FilterChain, Rejection, make_filter
+from rules.webdata.filters import FilterChain, FilterCounts, Rejection, ThresholdFilter, make_filter
+from rules.webdata.score_distribution import distribution, score_range
 
 REJECTED = "rejected"
 _KEPT, _REJECTED, _COUNTS = "kept.jsonl", "rejected.jsonl", "counts.json"  # a unit's outputs
 _COUNTED = ("name", "seen", "kept", "rejected", "reasons")  # what a unit counts of each filter
+_SCORES = "scores-{index}.npy"  # a unit's histogram of the scores of the chain's filter `index`, if it has a threshold
 LANGUAGE_MODEL = "language_model"  # the attribute, and a unit's file, of the language filter's model
 MODEL_SUFFIXES = (".bin", ".ftz")  # a fastText model file, plain or quantized
 
@@ -105,13 +112,28 @@ def filter_shard(ctx: Context) -> None:
     # Counts only: a filter's parameters are the driver's (the model's path is this host's).
     counted = [{name: item[name] for name in _COUNTED} for item in chain.to_json()["filters"]]
     counts = {"documents": chain.documents, "kept": chain.kept, "filters": counted}
-    (ctx.out / _COUNTS).write_text(json.dumps({"chain": counts, "skipped": skips.to_json()}))
+    scores = [_write_scores(item, index, ctx.out) for index, item in enumerate(chain.counts)]
+    (ctx.out / _COUNTS).write_text(json.dumps({"chain": counts, "skipped": skips.to_json(), "scores": scores}))
+
+
+def _write_scores(counts: FilterCounts, index: int, out: Path) -> dict[str, Any] | None:
+    """A threshold filter's scores in this unit: their histogram in a file of its own, and
+    their count, extremes and how many the threshold kept, returned; None for another filter."""
+    if not isinstance(counts.filter, ThresholdFilter):
+        return None
+    import numpy as np
+
+    from rules.webdata.score_distribution import score_histogram
+
+    np.save(out / _SCORES.format(index=index), score_histogram(counts.scores), allow_pickle=False)
+    return {**score_range(counts.scores), "kept": counts.scores_kept}
 
 
 def _filter_text(ctx: Context) -> None:
     """The driver: a unit per shard of each split, then the corpus from their outputs.
     Input of which no line is a document (another tool's field names, another encoding)
-    fails the step, as extract_text's does, instead of publishing an empty corpus."""
+    fails the step, as extract_text's does, instead of publishing an empty corpus; so does
+    a chain that rejects every document of a split (`check_not_emptied`)."""
     root = corpus_root(ctx.files(ctx.attrs["data"]))
     filters = [make_filter(spec).to_json() for spec in _specs(ctx.attrs["filters"])]  # defaults included
     model = {LANGUAGE_MODEL: _model_file(ctx)} if ctx.attrs[LANGUAGE_MODEL] is not None else {}
@@ -127,7 +149,38 @@ def _filter_text(ctx: Context) -> None:
     for result in results:
         result.place(_KEPT, ctx.out / result.name)
         result.place(_REJECTED, ctx.out / REJECTED / result.name)
+    found = _distributions(results, filters)
+    if found:
+        summary["distributions"] = [item.to_json() for item in found]
     (ctx.out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    for item in found:  # before the step may fail for having kept nothing: the reason comes first
+        if warning := item.warning():
+            ctx.warn(warning)
+    check_not_emptied(
+        split_counts(results, lambda result: result.read_json(_COUNTS)["chain"]["documents"]),
+        summary["documents"],
+        "the filters rejected",
+        lambda: ", ".join(f"{item['name']} {item['rejected']:,}" for item in summary["filters"] if item["rejected"]),
+    )
+
+
+def _distributions(results: list[ShardResult], specs: list[dict[str, JsonValue]]) -> list[Distribution]:
+    """The distribution of the scores of each filter with a threshold, over every unit."""
+    import numpy as np
+
+    found = []
+    counts = [result.read_json(_COUNTS)["scores"] for result in results]
+    for index, spec in enumerate(specs):
+        made = make_filter(spec)
+        if not isinstance(made, ThresholdFilter):
+            continue
+        histograms = (np.load(result.path(_SCORES.format(index=index))) for result in results)
+        ranges = [unit[index] for unit in counts]
+        kept = sum(unit["kept"] for unit in ranges)
+        scored = distribution(made.score_name, histograms, ranges, made.threshold, kept)
+        if scored is not None:
+            found.append(scored)
+    return found
 
 
 def _summary(results: list[ShardResult], specs: list[dict[str, JsonValue]]) -> dict[str, Any]:
@@ -179,6 +232,7 @@ filter_text = Rule(
         ),
     },
     validate=_check,
+    version=2,  # each unit counts the scores of the filters with a threshold
     resources=Resources(cpu=2),
     sharded=True,
     metrics_file=SUMMARY,

@@ -55,6 +55,27 @@ class Filter(Parameters, ABC):
         return {"name": self.name, **super().to_json()}
 
 
+class ThresholdFilter(Filter, ABC):
+    """A filter that keeps a document whose score reaches its `threshold` (a field of each
+    subclass). `judge` gives the score it compared besides the verdict, so that the chain
+    keeps the scores (`FilterCounts.scores`) and the step records their distribution: a
+    threshold means little until one sees where it falls among them."""
+
+    threshold: float
+
+    @property
+    @abstractmethod
+    def score_name(self) -> str:
+        """What the score is called: the metadata field it is kept in."""
+
+    @abstractmethod
+    def judge(self, document: Document) -> tuple[Verdict, float | None]:
+        """The verdict, and the score compared with the threshold (None where none was)."""
+
+    def apply(self, document: Document) -> Verdict:
+        return self.judge(document)[0]
+
+
 def _words(text: str) -> list[str]:
     return text.split()
 
@@ -338,7 +359,7 @@ def fasttext_model(path: str, role: str) -> Any:
 
 
 @dataclass(frozen=True)
-class Language(Filter):
+class Language(ThresholdFilter):
     """Keeps documents a fastText language-ID model puts in one of `languages` with a score
     of at least `threshold`, and records the language and its score in the metadata
     (`language`, `language_score`).
@@ -360,14 +381,18 @@ class Language(Filter):
             wrong.append(f"'languages' must be language codes such as 'en', got {list(self.languages)}")
         return wrong + fraction("threshold", self.threshold)
 
-    def apply(self, document: Document) -> Verdict:
+    @property
+    def score_name(self) -> str:
+        return "language_score"
+
+    def judge(self, document: Document) -> tuple[Verdict, float | None]:
         labels, scores = fasttext_model(self.model, "language").predict(document.text.replace("\n", " "), k=1)
         language, score = labels[0].removeprefix(LABEL_PREFIX), float(scores[0])
         if language not in self.languages:
-            return "other language"
+            return "other language", None
         if score < self.threshold:
-            return "language score below threshold"
-        return replace(document, metadata={**document.metadata, "language": language, "language_score": score})
+            return "language score below threshold", score
+        return replace(document, metadata={**document.metadata, "language": language, self.score_name: score}), score
 
 
 # -- quality ------------------------------------------------------------------------------------
@@ -376,7 +401,7 @@ QUALITY_SCORE = "quality_score"  # the metadata field quality.QualityScorer writ
 
 
 @dataclass(frozen=True)
-class QualityThreshold(Filter):
+class QualityThreshold(ThresholdFilter):
     """Keeps documents whose quality score (the metadata `field`, written by the quality
     classifier, `quality.QualityScorer`) is at least `threshold`. A top-quantile filter is
     this filter at the cut `quality.top_fraction_cut` computes over every shard's scores.
@@ -389,11 +414,15 @@ class QualityThreshold(Filter):
     def problems(self) -> list[str]:
         return fraction("threshold", self.threshold) + ([] if self.field else ["'field' must not be empty"])
 
-    def apply(self, document: Document) -> Verdict:
+    @property
+    def score_name(self) -> str:
+        return self.field
+
+    def judge(self, document: Document) -> tuple[Verdict, float | None]:
         score = document.metadata.get(self.field)
         if not isinstance(score, int | float) or isinstance(score, bool):
-            return "no quality score"
-        return document if score >= self.threshold else "quality below threshold"
+            return "no quality score", None
+        return document if score >= self.threshold else "quality below threshold", float(score)
 
 
 # -- making filters, and the chain --------------------------------------------------------------
@@ -431,6 +460,24 @@ class FilterCounts:
     filter: Filter
     kept: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
+    # A ThresholdFilter's: each score it compared with its threshold, and how many it kept.
+    scores: list[float] = field(default_factory=list)
+    scores_kept: int = 0
+
+    def apply(self, document: Document) -> Verdict:
+        """The filter's verdict, counted: its score kept too, for a ThresholdFilter."""
+        if not isinstance(self.filter, ThresholdFilter):
+            verdict = self.filter.apply(document)
+        else:
+            verdict, score = self.filter.judge(document)
+            if score is not None:
+                self.scores.append(score)
+                self.scores_kept += not isinstance(verdict, str)
+        if isinstance(verdict, str):
+            self.rejected[verdict] += 1
+        else:
+            self.kept += 1
+        return verdict
 
     def to_json(self) -> dict[str, JsonValue]:
         return {
@@ -461,12 +508,10 @@ class FilterChain:
         for document in documents:
             self.documents += 1
             for counts in self.counts:
-                verdict = counts.filter.apply(document)
+                verdict = counts.apply(document)
                 if isinstance(verdict, str):
-                    counts.rejected[verdict] += 1
                     yield Rejection(document, counts.filter.name, verdict)
                     break
-                counts.kept += 1
                 document = verdict
             else:
                 self.kept += 1

@@ -7,7 +7,7 @@ supervised linear model over word n-grams, trained on documents labelled `__labe
 normalised to one line (`one_line`). A document's score is the model's probability of
 `__label__hq`, kept in its metadata (`quality_score`), so that a threshold
 (`filters.QualityThreshold`) or a top fraction of the corpus (the cut `top_fraction_cut`
-computes from every shard's `score_histogram`) keeps the best.
+computes from every shard's `score_distribution.score_histogram`) keeps the best.
 
 Training is deterministic: fastText runs on one thread with the given seed, and the
 training file interleaves the two sets in proportion (never all positives first, which
@@ -37,12 +37,12 @@ from rules.webdata.documents import Document
 from rules.webdata.fasttext_train import MIN_INPUT_FLOATS, interleave, one_line, train_supervised
 from rules.webdata.filters import LABEL_PREFIX, QUALITY_SCORE, fasttext_model
 from rules.webdata.parameters import Parameters
+from rules.webdata.score_distribution import BINS
 
 if TYPE_CHECKING:  # imported where used: BUILD files check the hyper-parameters without numpy
     import numpy as np
 
 POSITIVE, NEGATIVE = "hq", "lq"
-BINS = 2**16  # of a score histogram: a power of two, so a bin's edge is exact in floating point
 
 
 @dataclass(frozen=True)
@@ -161,16 +161,6 @@ class QualityScorer:
     def annotate(self, document: Document) -> Document:
         """The document with its score in its metadata."""
         return replace(document, metadata={**document.metadata, self.field: self.score(document.text)})
-
-
-def score_histogram(scores: Iterable[float]) -> np.ndarray:
-    """How many scores fall in each of BINS equal bins over [0, 1] (1.0 in the last one):
-    a shard's part of the reduce that finds a top-fraction cut, 512 KiB whatever its size."""
-    import numpy as np
-
-    values = np.fromiter(scores, dtype=np.float64)
-    bins = np.minimum(np.floor(values * BINS).astype(np.int64), BINS - 1)
-    return np.bincount(bins, minlength=BINS)
 
 
 def top_fraction_cut(histograms: Iterable[np.ndarray], fraction: float) -> float:

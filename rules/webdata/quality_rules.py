@@ -13,6 +13,10 @@ of the scores; then the cut is `threshold`, or for `top_fraction` the edge the d
 finds over every shard's histogram (`top_fraction_cut`); then a *cut* unit per shard,
 keyed by the scored shard's content and the cut, keeps the documents at or above it and
 puts the others under `rejected/`. Changing the cut scores nothing again.
+
+The summary records the scores' distribution (`distributions`: min, max, quantiles and a
+histogram, from the score units' histograms added up, `score_distribution`) with where the
+cut falls; a `threshold` that keeps none or all of the documents is a warning of the build.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from marinbuild.targets import Attr, Resources, Rule, ShardUnit
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import AttrError, JsonValue
 from marinbuild.targets.context import Context, StepFailed
-from rules.corpus_shards import PROGRESS_EVERY, SPLITS, SUMMARY, corpus_root
+from marinbuild.targets.distributions import Distribution
+from rules.corpus_shards import PROGRESS_EVERY, SPLITS, SUMMARY, check_not_emptied, corpus_root
 from rules.webdata.documents import Document, Skips, read_documents
-from rules.webdata.filters import QualityThreshold
+from rules.webdata.filters import QUALITY_SCORE, QualityThreshold
 from rules.webdata.quality import QualityHyperparameters
+from rules.webdata.score_distribution import distribution, score_range
 
 MODEL = "model.bin"
 REJECTED = "rejected"
@@ -100,7 +106,8 @@ def score_unit(ctx: Context) -> None:
     """One unit: a shard's documents with their scores, and the scores' histogram."""
     import numpy as np
 
-    from rules.webdata.quality import QualityScorer, score_histogram
+    from rules.webdata.quality import QualityScorer
+    from rules.webdata.score_distribution import score_histogram
 
     shard = ctx.tmp / ctx.attrs["shard_name"]  # documents without an id are named after it
     shard.symlink_to(ctx.location("shard"))
@@ -116,7 +123,7 @@ def score_unit(ctx: Context) -> None:
                 ctx.progress(len(scores), None, "docs")
     ctx.progress(len(scores), None, "docs")
     np.save(ctx.out / _HISTOGRAM, score_histogram(scores), allow_pickle=False)
-    (ctx.out / _COUNTS).write_text(json.dumps({"skipped": skips.to_json()}))
+    (ctx.out / _COUNTS).write_text(json.dumps({"skipped": skips.to_json(), "scores": score_range(scores)}))
 
 
 def cut_unit(ctx: Context) -> None:
@@ -187,7 +194,23 @@ def _score_quality(ctx: Context) -> None:
         "top_fraction": ctx.attrs["top_fraction"],
         "skipped": skipped,
     }
+    histograms = (np.load(result.path(_HISTOGRAM)) for result in scored)
+    ranges = [result.read_json(_COUNTS)["scores"] for result in scored]
+    found = distribution(QUALITY_SCORE, histograms, ranges, threshold, sum(documents.values()))
+    if found is not None:
+        summary["distributions"] = [found.to_json()]
     (ctx.out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    # A threshold given that does not cut; before the step may fail for having kept nothing.
+    if found is not None and ctx.attrs["top_fraction"] is None and (warning := found.warning()):
+        ctx.warn(warning)
+    seen = {split: documents[split] + rejected[split] for split in SPLITS}
+    edge = f"the threshold {threshold}" if ctx.attrs["top_fraction"] is None else f"the cut {threshold:.4g}"
+    check_not_emptied(seen, summary["documents"], f"{edge} rejected", lambda: _score_range(found))
+
+
+def _score_range(found: Distribution | None) -> str:
+    """The lowest and highest score, for the line of a cut that kept nothing."""
+    return "" if found is None else f"scores {found.minimum:.{found.decimals}f}–{found.maximum:.{found.decimals}f}"
 
 
 score_quality = Rule(
@@ -200,6 +223,7 @@ score_quality = Rule(
         "top_fraction": Attr(types.FLOAT, default=None, doc="Keep this share of the corpus's best documents."),
     },
     validate=_check_scoring,
+    version=2,  # each score unit notes its scores' count and extremes
     resources=Resources(cpu=2),
     sharded=True,
     metrics_file=SUMMARY,
