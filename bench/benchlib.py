@@ -59,7 +59,7 @@ def peers_venv() -> Path:
 
 
 def add_raw_corpus_args(parser: argparse.ArgumentParser) -> None:
-    """The options of the generated raw web corpus (rules/webdata/raw_corpus.py) that the
+    """The options of the generated raw web corpus (rules/webdata/blocks/raw_corpus/) that the
     web-data benchmarks measure on."""
     parser.add_argument("--pages", type=int, default=3000, help="pages generated (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="default: %(default)s")
@@ -226,8 +226,8 @@ def levanter_directly(
     extra_env: dict[str, str] | None = None,
 ) -> DirectRun:
     """The baseline of the benchmarks of steps that run Levanter: a plain Python process
-    that builds the step's Levanter config with the rule's own code (rules/levanter_lm.py,
-    rules/levanter_sft.py) and calls Levanter's entry point on it — `train_lm` (a Llama or
+    that builds the step's Levanter config with the rule's own code (rules/common/levanter/,
+    rules/posttrain/sft_lm.py) and calls Levanter's entry point on it — `train_lm` (a Llama or
     a Mixtral), `lora_lm` or `train_lm` from the base's weights (`sft_lm`),
     `export_lm_to_hf` (`export_hf`) — and nothing of marinbuild's: no CLI, loading, keys,
     worker process, hashing or publishing.
@@ -251,30 +251,40 @@ def _run_levanter(
 ) -> dict:
     """The process `levanter_directly` starts: the rule's config, Levanter's entry point on
     it, and what it trained on. Imports Levanter, so it runs only there."""
+    import rules.common.levanter.environment  # noqa: F401  (first: it keeps Hugging Face and wandb offline)
+
     import dataclasses
 
     import jax
 
-    from rules import levanter_lm  # first: it keeps Hugging Face and wandb offline
+    from rules.common.levanter.data import tokenized_sets
+    from rules.common.levanter.hf_export import export
+    from rules.common.levanter.metrics import read_rows
+    from rules.common.levanter.trackers import TIMING_FILE
+    from rules.common.levanter.training import Places, launch_train_lm
 
+    places = Places(scratch / "out", scratch, tmp)
     if rule == "export_hf":
-        levanter_lm.export(inputs[attrs["model"]], scratch / "hf", tmp)
+        export(inputs[attrs["model"]], scratch / "hf", tmp)
         return {}
     if rule == "train_lm":
+        from rules.lm.train_lm import TrainRequest, train_config
+
         data = attrs["data"] if isinstance(attrs["data"], dict) else [attrs["data"]]
-        sets, tokenizer = levanter_lm.tokenized_sets({label: inputs[label] for label in data}, tmp)
-        config = dataclasses.replace(levanter_lm.train_config(attrs, sets, tokenizer, scratch, tmp), **overrides)
-        levanter_lm.launch_train_lm(config)
+        sets, tokenizer = tokenized_sets({label: inputs[label] for label in data}, tmp)
+        request = TrainRequest(attrs=attrs, data={label: inputs[label] for label in data}, places=places)
+        config = dataclasses.replace(train_config(request, sets, tokenizer), **overrides)
+        launch_train_lm(config)
     elif rule == "sft_lm":
-        from rules import levanter_sft
+        from rules.posttrain.sft_lm import FineTuneRequest, fine_tuning
 
         chats = {attrs["data"]: inputs[attrs["data"]]}
-        prepared = levanter_sft.fine_tuning(attrs, inputs[attrs["model"]], chats, scratch, tmp)
+        prepared = fine_tuning(FineTuneRequest(attrs=attrs, model=inputs[attrs["model"]], data=chats, places=places))
         config = prepared.config
         prepared.launch()
     else:
         raise BenchError(f"no direct run of {rule}")
-    timing = levanter_lm.read_metrics(Path(config.trainer.log_dir) / levanter_lm.TIMING_FILE)
+    timing = read_rows(Path(config.trainer.log_dir) / TIMING_FILE)
     rates = [row["throughput/tokens_per_second"] for row in timing if row.get("throughput/tokens_per_second")][1:]
     return {
         "devices": f"{jax.device_count()} x {jax.devices()[0].device_kind}",

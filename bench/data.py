@@ -3,7 +3,7 @@
 Measured in one run, on the same documents:
 
 - the corpus: JSON lines of documents made from the generated raw web corpus
-  (rules/webdata/raw_corpus.py: pages of the standard library's documentation in the
+  (rules/webdata/blocks/raw_corpus/: pages of the standard library's documentation in the
   chrome of four kinds of site, 5% exact and 5% near duplicates, boilerplate, low-quality
   and non-English pages injected), each page's main text extracted as `extract_text`
   extracts it (Resiliparse), the pages without any left out, `{"text", "id", "url"}` a
@@ -36,7 +36,7 @@ injected copies' ground truth: the precision of what is removed (a removed docum
 right when it and its cluster's kept document copy one original; and apart, right also
 when their 5-word shingles' Jaccard similarity is at least 0.6, a near duplicate the
 generator made by chance, two pages mostly of one shared paragraph: rare since its
-paragraphs grow with the corpus, rules/webdata/raw_corpus.py) and the recall of the near and exact copies whose
+paragraphs grow with the corpus, rules/webdata/blocks/raw_corpus/) and the recall of the near and exact copies whose
 original reached dedup (removed, with a kept document that copies the same original).
 
 Usage: ``python bench/data.py [--pages N] [--seed S] [--stdlib-modules M] [--shards K]
@@ -64,14 +64,14 @@ import benchlib
 PEER_PACKAGES = "'datatrove[processing]' spacy orjson"
 FILTERS = ("gopher_quality", "c4_quality", "gopher_repetition")  # marinbuild's chain, defaults
 NGRAM, BANDS, ROWS = 5, 25, 4  # marinbuild's dedup defaults, given to datatrove's MinHash
-CONFIG = 'rules = ["rules.webdata.filter_text", "rules.webdata.dedup_rule"]\n'
+CONFIG = 'rules = ["rules.webdata.decls"]\n'
 BUILD = """filegroup(name = "corpus", srcs = glob(["corpus/**"]))
 filter_text(name = "filtered", data = ":corpus", filters = {filters}, resources = {{"cpu": {workers}}})
 dedup(name = "deduped", data = [":filtered"], resources = {{"cpu": {workers}}})
 """
 SIMILAR = 0.6  # marinbuild's MinHash threshold: the shingle similarity of a near duplicate
-WORD = re.compile(r"\w+")  # as rules.webdata.dedup tokenises
-# Where marinbuild's filter_text ends a sentence (rules/webdata/filters.py, SENTENCE_END).
+WORD = re.compile(r"\w+")  # as rules.webdata.blocks.dedup tokenises
+# Where marinbuild's filter_text ends a sentence (rules/webdata/blocks/filters/, SENTENCE_END).
 SENTENCE_END = re.compile(r"[.!?]+(?=[\"'”’)\]]*(?:\s|$))")
 
 
@@ -127,7 +127,7 @@ _corpus = None  # each generating process's RawCorpus, made once (its text pool 
 
 def _start_generator(seed: int, stdlib_modules: int | None) -> None:
     global _corpus
-    from rules.webdata.raw_corpus import RawCorpus, RawCorpusSpec
+    from rules.webdata.blocks.raw_corpus.pages import RawCorpus, RawCorpusSpec
 
     _corpus = RawCorpus(RawCorpusSpec(seed=seed, pages=1, stdlib_modules=stdlib_modules))
 
@@ -135,7 +135,7 @@ def _start_generator(seed: int, stdlib_modules: int | None) -> None:
 def _write_shard(path: Path, first: int, last: int) -> tuple[int, int, list[tuple[str, str, str | None]]]:
     """Pages [first, last) as documents into the shard `path`: their count, bytes, and each
     one's (url, kind, url of the original it copies)."""
-    from rules.webdata.extract import main_text
+    from rules.webdata.blocks.extract import main_text
 
     assert _corpus is not None
     truth = []

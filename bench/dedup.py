@@ -4,8 +4,8 @@ memory on 1,000,000 documents, and the Bloom filter of paragraph dedup vs a set.
 Measured in one run:
 
 - signatures: the English content pages (originals, exact and near duplicates) of a
-  generated raw web corpus (rules/webdata/raw_corpus.py), extracted, then signed by
-  `rules.webdata.dedup.map_shard` (numpy over a batch of documents; its content and word
+  generated raw web corpus (rules/webdata/blocks/raw_corpus/), extracted, then signed by
+  `rules.webdata.blocks.dedup.signatures.map_shard` (numpy over a batch of documents; its content and word
   hashes included) and by datasketch 2.0 (`MinHash.update_batch` over the same shingles:
   5-grams of the same lowercased word tokens, joined and encoded; the shingling alone
   timed with it), each in its own process pinned to one core, the loop alone timed in CPU
@@ -52,7 +52,7 @@ import numpy as np
 
 CONTENT_KINDS = ("original", "exact_duplicate", "near_duplicate")
 SHARD_DOCUMENTS = 10_000
-WORD = re.compile(r"\w+")  # as rules.webdata.dedup tokenises
+WORD = re.compile(r"\w+")  # as rules.webdata.blocks.dedup tokenises
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -78,9 +78,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def _sign_numpy(texts: list[str], out: Path) -> float:
-    from rules.webdata.dedup import map_shard
-    from rules.webdata.dedup_config import DedupConfig
-    from rules.webdata.documents import Document
+    from rules.webdata.blocks.dedup.config import DedupConfig
+    from rules.webdata.blocks.dedup.signatures import map_shard
+    from rules.webdata.blocks.documents import Document
 
     documents = [Document(text, str(number)) for number, text in enumerate(texts)]
     cpu = time.process_time()
@@ -107,8 +107,8 @@ def _sign_datasketch(texts: list[str], out: Path) -> float:
 
 
 def _reduce(maps_list: Path, out: Path) -> dict[str, float]:
-    from rules.webdata.dedup import find_clusters
-    from rules.webdata.dedup_config import DedupConfig
+    from rules.webdata.blocks.dedup.clusters import find_clusters
+    from rules.webdata.blocks.dedup.config import DedupConfig
 
     maps = [Path(line) for line in maps_list.read_text().splitlines()]
     before = int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()  # resident now
@@ -149,9 +149,10 @@ def run_worker(python: Path | str, what: str, source: Path, out: Path) -> dict:
 
 def content_documents(args: argparse.Namespace, work: Path) -> tuple[Path, list[str], dict[str, dict]]:
     """The corpus's English content pages, extracted, as JSON lines; their URLs; the ground truth."""
-    from rules.webdata.documents import Skips
-    from rules.webdata.extract import read_warc
-    from rules.webdata.raw_corpus import GROUND_TRUTH, WARC_DIRECTORY, RawCorpusSpec, write_raw_corpus
+    from rules.webdata.blocks.documents import Skips
+    from rules.webdata.blocks.extract import read_warc
+    from rules.webdata.blocks.raw_corpus.pages import RawCorpusSpec
+    from rules.webdata.blocks.raw_corpus.warc import GROUND_TRUTH, WARC_DIRECTORY, write_raw_corpus
 
     spec = RawCorpusSpec(seed=args.seed, pages=args.pages, stdlib_modules=args.stdlib_modules)
     benchlib.log(f"generating {args.pages} pages")
@@ -170,8 +171,8 @@ def content_documents(args: argparse.Namespace, work: Path) -> tuple[Path, list[
 
 def dedup_quality(map_dir: Path, urls: list[str], truth: dict[str, dict], out: Path) -> dict[str, float]:
     """Precision of what `find_clusters` removes over `map_dir`, and recall of the near duplicates."""
-    from rules.webdata.dedup import EXACT, KEPT, NEAR, find_clusters
-    from rules.webdata.dedup_config import DedupConfig
+    from rules.webdata.blocks.dedup.clusters import EXACT, KEPT, NEAR, find_clusters
+    from rules.webdata.blocks.dedup.config import DedupConfig
 
     found = find_clusters([map_dir], DedupConfig(), out)
     decisions = np.load(found.shards[0].clusters)
@@ -208,8 +209,8 @@ def signatures(args: argparse.Namespace, work: Path) -> tuple[int, dict[str, dic
     numpy_map = work / "sign-numpy"
     results["numpy"].update(dedup_quality(numpy_map, urls, truth, work / "clusters-numpy"))
     if "datasketch" in results:
-        from rules.webdata.dedup import CONTENT, ShardSignatures
-        from rules.webdata.dedup_config import FuzzyDedup
+        from rules.webdata.blocks.dedup.config import FuzzyDedup
+        from rules.webdata.blocks.dedup.signatures import CONTENT, ShardSignatures
 
         fuzzy = FuzzyDedup()
         values = np.load(work / "sign-datasketch" / "datasketch.npy")
@@ -226,8 +227,8 @@ def synthetic_maps(directory: Path, documents: int) -> list[Path]:
     """Map outputs of `documents` synthetic documents in shards of SHARD_DOCUMENTS: random
     signatures and content hashes, 5% of each shard exact and 10% near copies of its earlier
     documents (5 of the 25 bands changed). Written a shard at a time: memory is one shard's."""
-    from rules.webdata.dedup import ShardSignatures
-    from rules.webdata.dedup_config import FuzzyDedup
+    from rules.webdata.blocks.dedup.config import FuzzyDedup
+    from rules.webdata.blocks.dedup.signatures import ShardSignatures
 
     fuzzy = FuzzyDedup()
     maps = []
@@ -307,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker:
         worker(args.worker[0], Path(args.worker[1]), Path(args.worker[2]))
         return 0
-    from rules.webdata.dedup_config import ParagraphDedup
+    from rules.webdata.blocks.dedup.config import ParagraphDedup
 
     load_before = benchlib.load_average()
     with tempfile.TemporaryDirectory(prefix="marinbuild-bench-dedup-") as tmp:

@@ -1,6 +1,6 @@
 """Main-text extraction: Resiliparse (marinbuild's) vs trafilatura, and FastWARC vs warcio.
 
-Generates a raw web corpus (rules/webdata/raw_corpus.py: WARC files of pages rendered from
+Generates a raw web corpus (rules/webdata/blocks/raw_corpus/: WARC files of pages rendered from
 the standard library's documentation, in the chrome of four kinds of site software, with
 duplicates, boilerplate-only, low-quality and non-English pages) and measures, on the same
 pages in one run:
@@ -19,16 +19,16 @@ pages in one run:
 - records to documents: the corpus's WARC files to the lines of their splits, in documents
   per CPU second on one core (reading, HTTP decoding, charset, depth check, main text and
   writing), each run in a process of its own, as a step's unit runs, its loop alone timed
-  (`--repeat` times, median, the runs alternating): `rules.webdata.extract.read_warc`, each
+  (`--repeat` times, median, the runs alternating): `rules.webdata.blocks.extract.read_warc`, each
   document a JSON line in its split's file as a unit wrote it before the budget, against
-  the same of another commit (`--baseline-rev`: its rules/webdata/extract.py, from `git
+  the same of another commit (`--baseline-rev`: its rules/webdata/blocks/extract.py, from `git
   show`, loaded as a module of its own); the current code over the same pages stored as
   most crawlers store them (gzip `Content-Encoding`, chunked); and the path a build runs
   (`extract_text.extract_into`: forked children that bound each record's time and write
   the documents, `extract_worker`), in the CPU of the process and its children, checked to
   write the same bytes; apart, the CPU that path costs a file of one record.
 
-Resiliparse runs as marinbuild calls it (`rules.webdata.extract.main_text`); trafilatura
+Resiliparse runs as marinbuild calls it (`rules.webdata.blocks.extract.main_text`); trafilatura
 is the peer, installed only in the benchmarks' peer environment ($MARINBUILD_BENCH_PEERS_VENV,
 default /work/bench-venv: `pip install trafilatura lxml_html_clean`), never a dependency
 of marinbuild. It runs with its defaults but `include_comments=False`, since comments are
@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING
 import benchlib
 
 if TYPE_CHECKING:  # imported where used: the peer's worker runs where marinbuild is not installed
-    from rules.webdata.raw_corpus import Page, RawCorpus
+    from rules.webdata.blocks.raw_corpus.pages import Page, RawCorpus
 
 CONTENT_KINDS = ("original", "exact_duplicate", "near_duplicate", "non_english")
 WORD = re.compile(r"\w+")
@@ -83,7 +83,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per extractor (default: %(default)s)")
     parser.add_argument("--skip-trafilatura", action="store_true", help="measure Resiliparse alone")
     parser.add_argument(
-        "--baseline-rev", help="a git revision whose rules/webdata/extract.py read_warc is measured against this one's"
+        "--baseline-rev",
+        help="a git revision whose rules/webdata/blocks/extract.py read_warc is measured against this one's",
     )
     parser.add_argument("--json-out", type=Path, help="also write results as JSON here")
     parser.add_argument("--worker", nargs=3, metavar=("EXTRACTOR", "PAGES", "OUT"), help=argparse.SUPPRESS)
@@ -98,7 +99,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _extractor(name: str) -> Callable[[str], str]:
     if name == "resiliparse":
-        from rules.webdata.extract import main_text
+        from rules.webdata.blocks.extract import main_text
 
         return main_text
     import trafilatura
@@ -208,17 +209,17 @@ def time_readers(files: Sequence[Path], repeat: int) -> dict[str, dict[str, floa
 
 
 def baseline_extract(rev: str) -> ModuleType:
-    """rules/webdata/extract.py as it was at `rev`, loaded as a module of its own (it imports
+    """rules/webdata/blocks/extract.py as it was at `rev`, loaded as a module of its own (it imports
     the rest of `rules` as it is now)."""
     root = Path(__file__).resolve().parents[1]
     source = subprocess.run(
-        ["git", "show", f"{rev}:rules/webdata/extract.py"], cwd=root, check=True, capture_output=True, text=True
+        ["git", "show", f"{rev}:rules/webdata/blocks/extract.py"], cwd=root, check=True, capture_output=True, text=True
     ).stdout
     spec = importlib.util.spec_from_loader(f"extract_at_{rev}", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # where its dataclasses look their module up
-    exec(compile(source, f"{rev}:rules/webdata/extract.py", "exec"), module.__dict__)
+    exec(compile(source, f"{rev}:rules/webdata/blocks/extract.py", "exec"), module.__dict__)
     return module
 
 
@@ -267,7 +268,7 @@ def encoded_copy(source: Path, target: Path) -> None:
 def _documents_written(read_warc: Callable, files: Sequence[Path], work: Path) -> int:
     """What a unit did before the budget (the baseline's step), in this process: the files'
     documents through `read_warc`, each a JSON line into `work`/{split}.jsonl."""
-    from rules.webdata.documents import Skips
+    from rules.webdata.blocks.documents import Skips
     from rules.webdata.extract_text import held_out
 
     documents = 0
@@ -286,7 +287,7 @@ def _documents_written(read_warc: Callable, files: Sequence[Path], work: Path) -
 def _documents_budgeted(files: Sequence[Path], work: Path) -> int:
     """A build's path: each file as its unit extracts it (`extract_text.extract_into`: forked
     children that bound each record's time and write the documents), into `work`/unit-N/."""
-    from rules.webdata.extract import ExtractConfig
+    from rules.webdata.blocks.extract import ExtractConfig
     from rules.webdata.extract_text import extract_into
 
     documents = 0
@@ -304,8 +305,8 @@ def records_worker(kind: str, listing: Path, out: Path) -> None:
     to the lines of their splits, `budgeted` as a build does, or by the `read_warc` of
     `current` or of a git revision; the CPU seconds of this process and its children over
     the loop, and the digests of the lines."""
-    from rules.corpus_shards import SPLITS
-    from rules.webdata import extract
+    from rules.common.corpus import SPLITS
+    from rules.webdata.blocks import extract
 
     def cpu() -> float:
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -394,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = records_worker if name.startswith(records) else worker
         run(name.removeprefix(records), Path(args.worker[1]), Path(args.worker[2]))
         return 0
-    from rules.webdata.raw_corpus import WARC_DIRECTORY, RawCorpus, RawCorpusSpec, write_raw_corpus
+    from rules.webdata.blocks.raw_corpus.pages import RawCorpus, RawCorpusSpec
+    from rules.webdata.blocks.raw_corpus.warc import WARC_DIRECTORY, write_raw_corpus
 
     load_before = benchlib.load_average()
     spec = RawCorpusSpec(seed=args.seed, pages=args.pages, stdlib_modules=args.stdlib_modules)

@@ -88,13 +88,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def examples_workspace(root: Path) -> Path:
-    """A workspace under `root` with the repository's rule modules, //rules:lm.star, copies
+    """A workspace under `root` with the repository's rule modules, //rules/lm:lm.star, copies
     of the examples whose recipes and data the benchmarks use, and an empty //bench."""
     ws = root / "ws"
     rules = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["marinbuild"]["rules"]
-    (ws / "rules").mkdir(parents=True)
+    (ws / "rules" / "lm").mkdir(parents=True)
     (ws / "marinbuild.toml").write_text(f"rules = {json.dumps(rules)}\n")
-    shutil.copy(REPO / "rules" / "lm.star", ws / "rules" / "lm.star")
+    shutil.copy(REPO / "rules" / "lm" / "lm.star", ws / "rules" / "lm" / "lm.star")
     for example in EXAMPLES:
         (ws / example).parent.mkdir(parents=True)
         shutil.copy(REPO / example, ws / example)

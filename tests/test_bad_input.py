@@ -683,7 +683,7 @@ def test_unknown_targets_on_the_command_line(tmp_path):
     assert (error.message, error.hint) == ("no target 'eval' in package //p", None)
 
 
-# -- a value out of its range in train_lm's dicts (rules/lm_ranges.py) ----------------------
+# -- a value out of its range in train_lm's dicts (rules/common/ranges.py) ----------------------
 
 _TRAIN_LM = """\
 filegroup(name = "tokens")
@@ -716,7 +716,7 @@ train_lm(
 )
 def test_cli_an_optimizer_value_out_of_range(tmp_path, optimizer, message):
     ws = new_workspace(
-        tmp_path / "ws", {"p/BUILD.marin": _TRAIN_LM.format(optimizer=optimizer)}, 'rules = ["rules.lm"]'
+        tmp_path / "ws", {"p/BUILD.marin": _TRAIN_LM.format(optimizer=optimizer)}, 'rules = ["rules.lm.decls"]'
     )
     result = build(ws, "//p:model")
     assert_bad_input(result, ws, "p/BUILD.marin", 3, f"train_lm 'model': attribute 'optimizer': {message}")

@@ -31,10 +31,10 @@ from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _workspace
 
 import marinbuild
 from marinbuild.provenance.compare import Curve, evaluation_columns
-from rules.levanter_trackers import run_id
+from rules.common.levanter.trackers import run_id
 
 SWEEP = """
-load("//rules:lm.star", "llama", "wandb")
+load("//rules/lm:lm.star", "llama", "wandb")
 python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
@@ -193,8 +193,8 @@ def test_eval_lm_and_eval_harness_name_their_numbers_by_what_they_evaluated() ->
     """The columns of an evaluation, as its rule declares them (`Rule.evaluated`): eval_lm's
     by data set (docs/rules.md: `sets` by target name), eval_harness's by task, and the
     numbers over several of them by their names joined; one data set or task: one name."""
-    from rules.eval_harness import eval_harness
-    from rules.lm import eval_lm
+    from rules.evals.decls import eval_harness
+    from rules.lm.decls import eval_lm
 
     one = {
         "loss": 4.5,
@@ -532,7 +532,7 @@ def test_the_data_ablation_of_the_docs_is_compared_as_they_show(tmp_path: Path) 
         {
             "marinbuild.toml": f"rules = {json.dumps(rules)}\n",
             "rules/BUILD.marin": "",
-            "rules/lm.star": (REPO / "rules" / "lm.star").read_text(),
+            "rules/lm/lm.star": (REPO / "rules" / "lm" / "lm.star").read_text(),
             "experiments/ablation/BUILD.marin": text[start : text.index("```", start)],
         },
     )

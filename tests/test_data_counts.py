@@ -35,7 +35,7 @@ def _workspace(make_workspace) -> Path:
         "p/corpus/train/shard-00000.jsonl": _shard(GOOD, SHORT, SHORT, GOOD + " " + GOOD) + "not json\n",
         "p/corpus/validation/shard-00000.jsonl": _shard(GOOD + " " + GOOD),
     }
-    ws = make_workspace(files, 'rules = ["rules.webdata.filter_text"]\n')
+    ws = make_workspace(files, 'rules = ["rules.webdata.decls"]\n')
     build_json(ws, "//p:filtered")
     return ws
 

@@ -48,8 +48,8 @@ def _workspace(root: Path) -> Path:
     """A workspace holding a copy of the example, with the repository's rule modules."""
     rules = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["marinbuild"]["rules"]
     (root / "marinbuild.toml").write_text(f"rules = {json.dumps(rules)}\n")
-    (root / "rules").mkdir()
-    shutil.copy(REPO / "rules" / "lm.star", root / "rules" / "lm.star")
+    (root / "rules" / "lm").mkdir(parents=True)
+    shutil.copy(REPO / "rules" / "lm" / "lm.star", root / "rules" / "lm" / "lm.star")
     (root / EXAMPLE).parent.mkdir(parents=True)
     shutil.copy(REPO / EXAMPLE, root / EXAMPLE)
     return root

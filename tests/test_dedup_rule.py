@@ -45,13 +45,13 @@ FILES = {
 
 
 def _workspace(make_workspace) -> Path:
-    return make_workspace({"p/BUILD.marin": BUILD.format(ngram=5), **FILES}, 'rules = ["rules.webdata.dedup_rule"]\n')
+    return make_workspace({"p/BUILD.marin": BUILD.format(ngram=5), **FILES}, 'rules = ["rules.webdata.decls"]\n')
 
 
 def _units_run(store: Path, phase: str) -> list[str]:
     """The shards of every attempt at a unit of `phase` ("map_unit", "apply_unit"), sorted."""
     records = [json.loads(path.read_text()) for path in (store / "attempts").rglob("*.json")]
-    return sorted(r["shard"] for r in records if r.get("impl") == f"rules.webdata.dedup_rule:{phase}")
+    return sorted(r["shard"] for r in records if r.get("impl") == f"rules.webdata.dedup:{phase}")
 
 
 def _lines(path: Path) -> list[dict]:
@@ -125,7 +125,7 @@ def test_paragraph_dedup_removes_paragraphs_seen_before(make_workspace):
         "p/corpus/train/shard-00000.jsonl": _shard(f"{OTHER}\n\n{THIRD}"),
         "p/corpus/train/shard-00001.jsonl": _shard(f"{VALIDATION}\n\n{THIRD}", THIRD),
     }
-    ws = make_workspace(files, 'rules = ["rules.webdata.dedup_rule"]\n')
+    ws = make_workspace(files, 'rules = ["rules.webdata.decls"]\n')
     built = build_json(ws, "//p:d")
     assert statuses(built)["//p:d"] == "built", built["stderr"]
     out = Path(built["by_label"]["//p:d"]["output"])
@@ -137,7 +137,7 @@ def test_paragraph_dedup_removes_paragraphs_seen_before(make_workspace):
 def test_bad_dedup_parameters_are_errors_at_their_build_line(make_workspace):
     ws = make_workspace(
         {"p/BUILD.marin": 'dedup(name = "d", data = [":x"], fuzzy = {"bands": 2, "rows": 8})\n'},
-        'rules = ["rules.webdata.dedup_rule"]\n',
+        'rules = ["rules.webdata.decls"]\n',
     )
     rc, out, err = run_cli(ws, "build", "//p:d")
     assert rc == 2 and "p/BUILD.marin:1" in err and "2 bands of 8 rows" in err, err

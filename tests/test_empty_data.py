@@ -11,13 +11,7 @@ from pathlib import Path
 
 from conftest import run_cli
 
-MODULES = [
-    "rules.data",
-    "rules.tokenizer",
-    "rules.token_caches",
-    "rules.webdata.filter_text",
-    "rules.webdata.dedup_rule",
-]
+MODULES = ["rules.data.decls", "rules.tokenize.decls", "rules.webdata.decls"]
 RULES = f"rules = {json.dumps(MODULES)}\n"
 LONG = [
     "The cat sat on the mat and looked at the birds that flew over the garden wall at dusk.",

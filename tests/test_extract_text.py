@@ -17,10 +17,11 @@ from conftest import build_json, run_cli, statuses
 from helpers_warc import ENGLISH, FRENCH, JAPANESE, html_response, warcio_records, warcprox_records, write_warc
 from helpers_workspace import assert_bad_input, build
 
+from rules.webdata.blocks.raw_corpus.pages import RawCorpusSpec
+from rules.webdata.blocks.raw_corpus.warc import GROUND_TRUTH, write_raw_corpus
 from rules.webdata.extract_text import held_out
-from rules.webdata.raw_corpus import GROUND_TRUTH, RawCorpusSpec, write_raw_corpus
 
-RULES = 'rules = ["rules.webdata.local_sources", "rules.webdata.extract_text", "rules.webdata.filter_text"]\n'
+RULES = 'rules = ["rules.webdata.decls"]\n'
 # What each kind of page that gives no document is counted as.
 SKIP_REASONS = {
     "invalid_utf8": "invalid text encoding",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conftest import build_json, run_cli, statuses
 
-from rules.webdata.score_distribution import BINS, distribution, score_histogram, score_range
+from rules.webdata.blocks.score_distribution import BINS, distribution, score_histogram, score_range
 
 GOOD = [
     "The cat sat on the mat and looked at the birds that flew over the garden wall.",
@@ -46,7 +46,7 @@ CORPUS = {
 
 def _workspace(make_workspace, min_words: int = 5) -> Path:
     files = {"p/BUILD.marin": BUILD.format(min_words=min_words), **CORPUS}
-    return make_workspace(files, 'rules = ["rules.webdata.filter_text"]\n')
+    return make_workspace(files, 'rules = ["rules.webdata.decls"]\n')
 
 
 def _units_run(store: Path) -> list[str]:
@@ -108,7 +108,7 @@ def test_a_bad_filter_is_an_error_at_its_build_line(make_workspace):
         {
             "p/BUILD.marin": 'filter_text(name = "f", data = ":x", filters = [{"name": "gopher_qualty"}])\n',
         },
-        'rules = ["rules.webdata.filter_text"]\n',
+        'rules = ["rules.webdata.decls"]\n',
     )
     rc, out, err = run_cli(ws, "build", "//p:f")
     assert rc == 2 and "p/BUILD.marin:1" in err and "unknown filter 'gopher_qualty'" in err, err
@@ -137,7 +137,7 @@ def test_input_without_one_readable_line_fails_the_step_instead_of_publishing_no
             json.dumps({"text": "café au lait"}, ensure_ascii=False) + "\n"
         ).encode("latin-1"),
     }
-    ws = make_workspace(files, 'rules = ["rules.webdata.filter_text"]\n')
+    ws = make_workspace(files, 'rules = ["rules.webdata.decls"]\n')
     failed = build_json(ws, "//p:filtered", expect_rc=1)
     result = failed["by_label"]["//p:filtered"]
     assert result["status"] == "failed" and result["output"] is None, result
@@ -166,7 +166,7 @@ def _scored_workspace(make_workspace, threshold: float) -> Path:
         files[f"p/corpus/{name}"] = "".join(
             json.dumps({"text": f"document {score}", "metadata": {"quality_score": score}}) + "\n" for score in scores
         )
-    return make_workspace(files, 'rules = ["rules.webdata.filter_text"]\n')
+    return make_workspace(files, 'rules = ["rules.webdata.decls"]\n')
 
 
 def test_a_threshold_s_distribution_is_recorded_shown_and_drawn(make_workspace, tmp_path):

@@ -28,7 +28,7 @@ MODELS = {
     "olmo2": f"olmo2({SIZES})",
 }
 BUILD = """
-load("//rules:lm.star", "llama", "mixtral", "olmo2", "qwen")
+load("//rules/lm:lm.star", "llama", "mixtral", "olmo2", "qwen")
 python_corpus(name = "corpus", sample_count = 40, chunk_characters = 1500, validation_fraction = 0.1)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")

@@ -16,12 +16,9 @@ import pytest
 from conftest import build_json, run_cli, statuses
 from helpers_workspace import assert_bad_input, build
 
-from rules.webdata.raw_corpus import GROUND_TRUTH
+from rules.webdata.blocks.raw_corpus.warc import GROUND_TRUTH
 
-RULES = (
-    'rules = ["rules.webdata.local_sources", "rules.webdata.extract_text", "rules.webdata.filter_text", '
-    '"rules.webdata.fasttext_train"]\n'
-)
+RULES = 'rules = ["rules.webdata.decls"]\n'
 BUILD = """
 synthetic_web_pages(name = "english_pages", pages = 80, seed = 1, stdlib_modules = 2, non_english_rate = 0.0)
 extract_text(name = "english", srcs = [":english_pages"], validation_fraction = 0.2)

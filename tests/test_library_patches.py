@@ -1,4 +1,4 @@
-"""Each patch of rules/library_patches.py: the library's own behaviour that makes it
+"""Each patch of rules/common/levanter/library_patches.py: the library's own behaviour that makes it
 necessary, and what the library does with the patch.
 
 Each test has two halves. Without the patch, the library fails as the patch's docstring
@@ -28,7 +28,7 @@ from levanter.models.mixtral import MixtralConfig
 from levanter.tracker.tracker import NoopTracker
 from levanter.utils.jax_utils import local_cpu_mesh
 
-from rules.library_patches import quiet_tokenizer_name, router_metrics
+from rules.common.levanter.library_patches import quiet_tokenizer_name, router_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,7 @@ FROM_HF = """
 import json, sys
 from levanter.compat.hf_checkpoints import HFCheckpointConverter
 from levanter.models.llama import LlamaConfig
-from rules.library_patches import converter_for_every_checkpoint
+from rules.common.levanter.library_patches import converter_for_every_checkpoint
 
 checkpoint = sys.argv[1]
 
@@ -171,7 +171,7 @@ def _token_cache(directory: Path, tokenizer: Path, name: str | None) -> None:
 def _mismatches(caplog: pytest.LogCaptureFixture, caches: Path, tokenizer: Path) -> list[str]:
     """The "Metadata mismatch" warnings of loading the validation caches as train_lm and
     eval_lm do (their Levanter data config), with the tokenizer at `tokenizer`."""
-    from rules.levanter_lm import data_config
+    from rules.common.levanter.data import data_config
 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="levanter.store.cache"):
@@ -184,7 +184,7 @@ def test_levanter_warns_of_a_tokenizer_named_otherwise_unless_quiet_tokenizer_na
 ) -> None:
     from transformers import AutoTokenizer
 
-    from rules.token_caches import TOKENIZER_NAME
+    from rules.tokenize.tokenize import TOKENIZER_NAME
 
     tokenizer = _llama_checkpoint(tmp_path / "tokenizer")
     caches = tmp_path / "tokens"

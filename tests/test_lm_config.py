@@ -1,5 +1,5 @@
 """train_lm's `model`, `optimizer` and `trainer`: checked when the BUILD file loads,
-completed with the defaults of rules/lm_config.py, and in step with Levanter's classes.
+completed with the defaults of rules/common/lm_config.py, and in step with Levanter's classes.
 
 A typo used to load, get a key and pass `build --dry-run`, failing only in the worker
 (on a cluster, after a TPU slice was reserved). These tests run the CLI as a user would
@@ -21,10 +21,10 @@ from conftest import build_json, keys
 from helpers_workspace import assert_bad_input, build, loader_for, run_cli
 
 from marinbuild.targets import attrs as types
-from rules import lm_config, lm_ranges
+from rules.common import lm_config, ranges
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm"]\n'
+CONFIG = 'rules = ["rules.data.decls", "rules.tokenize.decls", "rules.lm.decls"]\n'
 BUILD_FILE = "exp/BUILD.marin"
 TRAIN_LINE = 4  # the line of `train_lm(` in _build_file
 MODEL = '{"hidden_dim": 32, "intermediate_dim": 128, "num_layers": 1, "num_heads": 2, "num_kv_heads": 2, "seq_len": 64}'
@@ -371,12 +371,12 @@ def test_the_schema_is_part_of_the_type_name() -> None:
     assert "eval_interval: int = <steps>" in lm_config.TRAINER.name
 
 
-# -- the ranges (rules/lm_ranges.py) --------------------------------------------------------
+# -- the ranges (rules/common/ranges.py) --------------------------------------------------------
 
 
 def _schemas() -> dict[str, dict[str, list[types.Field]]]:
     """{dict kind: {family or "": its fields}} of every dict the table covers."""
-    from rules.sft import LORA_FIELDS
+    from rules.posttrain.decls import LORA_FIELDS
 
     return {
         "model": {name: list(family.fields) for name, family in lm_config.FAMILIES.items()},
@@ -393,16 +393,16 @@ def _numeric(field: types.Field) -> bool:
 def test_every_numeric_field_has_a_range_that_holds_its_default() -> None:
     for kind, variants in _schemas().items():
         fields = [field for variant in variants.values() for field in variant]
-        assert set(lm_ranges.RANGES[kind]) == {field.name for field in fields if _numeric(field)}, kind
+        assert set(ranges.RANGES[kind]) == {field.name for field in fields if _numeric(field)}, kind
         for field in fields:
             default = field.default
             if _numeric(field) and isinstance(default, (int, float)) and not isinstance(default, bool):
-                assert default in lm_ranges.RANGES[kind][field.name], (kind, field.name, default)
+                assert default in ranges.RANGES[kind][field.name], (kind, field.name, default)
 
 
-def _outside(found: lm_ranges.Range, field: types.Field) -> int | float:
+def _outside(found: ranges.Range, field: types.Field) -> int | float:
     """A value of `field`'s kind just outside `found`."""
-    if isinstance(found, lm_ranges.FractionOrSteps):
+    if isinstance(found, ranges.FractionOrSteps):
         return 1
     value = found.low if found.low_open else found.low - 1
     return value if int in field.kinds else float(value)
@@ -411,14 +411,14 @@ def _outside(found: lm_ranges.Range, field: types.Field) -> int | float:
 def test_every_dict_type_refuses_each_field_out_of_range() -> None:
     """The types of train_lm's and sft_lm's attributes check the whole table, each family's
     model fields included (the CLI tests take one of each group)."""
-    from rules.sft import LORA
+    from rules.posttrain.decls import LORA
 
     kinds = {"model": lm_config.MODEL, "optimizer": lm_config.OPTIMIZER, "trainer": lm_config.TRAINER, "lora": LORA}
     required = {"trainer": {"steps": 6}}
     for kind, variants in _schemas().items():
         for family, fields in variants.items():
             for field in filter(_numeric, fields):
-                value = _outside(lm_ranges.RANGES[kind][field.name], field)
+                value = _outside(ranges.RANGES[kind][field.name], field)
                 tagged = {"family": family} if family else {}
                 with pytest.raises(types.AttrError, match=rf"^field '{field.name}': expected .*, got {value!r}$"):
                     kinds[kind].normalize({**required.get(kind, {}), **tagged, field.name: value}, "")
@@ -464,13 +464,13 @@ def test_the_schema_matches_levanters_config_classes(kind: str) -> None:
     from levanter.optim import AdamConfig
     from levanter.optim.config import LrSchedule
 
-    from rules import levanter_lm
+    from rules.common.levanter import configs
 
     if kind == "optimizer":
         cls, declared, excluded = AdamConfig, lm_config.OPTIMIZER_FIELDS, lm_config.OPTIMIZER_EXCLUDED
     else:
         family = lm_config.FAMILIES[kind]
-        cls, declared, excluded = levanter_lm.CONFIG_CLASSES[kind], family.fields, family.excluded
+        cls, declared, excluded = configs.CONFIG_CLASSES[kind], family.fields, family.excluded
     theirs = {field.name: field for field in dataclasses.fields(cls) if field.init}
     hints = typing.get_type_hints(cls)
     ours = {field.name: field for field in declared}
@@ -501,7 +501,7 @@ def test_a_part_of_the_run_in_range_is_what_levanter_reads_as_the_field_says() -
     from levanter.optim.config import _convert_frac_or_steps
 
     steps = 1000
-    part = lm_ranges.RANGES["optimizer"]["warmup"]
+    part = ranges.RANGES["optimizer"]["warmup"]
     for value in (0, 2, 3, 999, 0.0, 0.001, 0.5, 1.0):
         assert value in part
         read = _convert_frac_or_steps(value, steps)
@@ -509,7 +509,7 @@ def test_a_part_of_the_run_in_range_is_what_levanter_reads_as_the_field_says() -
     for value in (1, -1, 1.5, 2.0, 100.0, -0.1):
         assert value not in part
     assert _convert_frac_or_steps(1, steps) == steps  # what an int 1 would mean: the whole run
-    cycle = lm_ranges.RANGES["optimizer"]["cycle_length"]
+    cycle = ranges.RANGES["optimizer"]["cycle_length"]
     assert 0 not in cycle and 0.0 not in cycle and 0.5 in cycle and 2 in cycle
 
 
@@ -519,35 +519,37 @@ def test_the_resolved_configs_build_levanters_configs(tmp_path: Path) -> None:
     from levanter.models.llama import LlamaConfig
     from levanter.optim import AdamConfig
 
-    from rules import levanter_lm
+    from rules.common.levanter import configs
 
     tokenizer = tmp_path / "tokenizer"
     tokenizer.mkdir()
     (tokenizer / "tokenizer.json").write_text("{}")
     partial = {"hidden_dim": 64, "intermediate_dim": 256, "num_layers": 2, "num_heads": 4, "num_kv_heads": 4}
-    model = levanter_lm.model_config(partial, tokenizer, tmp_path)
+    model = configs.model_config(partial, tokenizer, tmp_path)
     assert model == dataclasses.replace(
         LlamaConfig(**partial), tokenizer=model.tokenizer, reference_checkpoint=model.reference_checkpoint
     )
-    assert levanter_lm.model_config(lm_config.resolve("model", partial), tokenizer, tmp_path) == model
+    assert configs.model_config(lm_config.resolve("model", partial), tokenizer, tmp_path) == model
     # Levanter's AdamW, field for field; its learning rate is kept in the optimizer state
-    # (rules/levanter_optim.py), so the class is a subclass.
-    optimizer = levanter_lm.optimizer_config({"learning_rate": 1e-3})
+    # (rules/common/levanter/optim.py), so the class is a subclass.
+    optimizer = configs.optimizer_config({"learning_rate": 1e-3})
     assert isinstance(optimizer, AdamConfig) and dataclasses.asdict(optimizer) == dataclasses.asdict(
         AdamConfig(learning_rate=1e-3)
     )
     # Each family's class, with every field the dict holds, and no older switch that would
     # override attn_backend.
     for name in ("mixtral", "qwen", "olmo2"):
-        built = levanter_lm.model_config({"family": name, **partial}, tokenizer, tmp_path)
-        assert type(built) is levanter_lm.CONFIG_CLASSES[name] and built.hidden_dim == 64
+        built = configs.model_config({"family": name, **partial}, tokenizer, tmp_path)
+        assert type(built) is configs.CONFIG_CLASSES[name] and built.hidden_dim == 64
         assert getattr(built, "use_flash_attention", None) is None
         assert json.loads((Path(built.reference_checkpoint) / "config.json").read_text()) == {
             "model_type": lm_config.FAMILIES[name].hf_model_type
         }
-    moe = levanter_lm.model_config({"family": "mixtral", **partial, "n_routed_experts": 4}, tokenizer, tmp_path)
+    moe = configs.model_config({"family": "mixtral", **partial, "n_routed_experts": 4}, tokenizer, tmp_path)
     assert (moe.n_routed_experts, moe.num_experts_per_tok, moe.lbl_coef) == (4, 2, 0.01)
-    trainer = levanter_lm.trainer_config({"steps": 10, "batch_size": 4}, 0, None, tmp_path / "m", tmp_path / "logs")
+    trainer = configs.trainer_config(
+        configs.TrainerSettings({"steps": 10, "batch_size": 4}, tmp_path / "m", tmp_path / "logs")
+    )
     assert (trainer.num_train_steps, trainer.train_batch_size, trainer.steps_per_eval) == (10, 4, 10)
     assert trainer.max_eval_batches is None
 
@@ -571,20 +573,20 @@ def test_the_learning_rate_is_a_value_of_the_optimizer_state_not_of_the_program(
     import optax
     from levanter.optim import AdamConfig
 
-    from rules import levanter_lm
+    from rules.common.levanter import configs
 
     params = {"w": jnp.ones((4, 3))}
     grads = {"w": jnp.full((4, 3), 0.5)}
 
     def lowered(learning_rate: float) -> str:
-        optimizer = levanter_lm.optimizer_config({"learning_rate": learning_rate}).build(100)
+        optimizer = configs.optimizer_config({"learning_rate": learning_rate}).build(100)
         state = optimizer.init(params)
         return jax.jit(lambda grads, state: optimizer.update(grads, state, params)).lower(grads, state).as_text()
 
     assert lowered(1e-3) == lowered(3e-2)
 
     fields = {"learning_rate": 3e-3, "warmup": 0.1, "lr_schedule": "cosine", "min_lr_ratio": 0.1}
-    ours = levanter_lm.optimizer_config(fields).build(50)
+    ours = configs.optimizer_config(fields).build(50)
     levanters = AdamConfig(**lm_config.resolve("optimizer", fields)).build(50)
     state_ours, state_levanters = ours.init(params), levanters.init(params)
     for _step in range(50):

@@ -187,6 +187,25 @@ def test_cli_unknown_setting_exits_2(tmp_path):
     assert store_is_untouched(ws)
 
 
+@pytest.mark.parametrize(
+    ("module", "moved_to"),
+    [
+        ("rules.tokenizer", "rules.tokenize.decls"),  # gone: nothing to import there
+        ("rules.webdata.filter_text", "rules.webdata.decls"),  # now a step, which declares no rule
+    ],
+)
+def test_cli_a_rule_module_that_moved_exits_2_naming_where_its_rules_are(tmp_path, module, moved_to):
+    ws = new_workspace(tmp_path / "ws", {"p/BUILD.marin": 'filegroup(name = "a")\n'}, config=f'rules = ["{module}"]\n')
+    result = build(ws, "//p:a")
+    assert result.rc == 2
+    assert (
+        error_line(result.stderr)
+        == f"marinbuild: error: {ws.resolve()}/marinbuild.toml: rule module '{module}' moved to '{moved_to}'"
+    )
+    assert f"name '{moved_to}' in the rules setting of marinbuild.toml" in result.stderr
+    assert store_is_untouched(ws)
+
+
 # -- BUILD files and rules -----------------------------------------------------------------
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 from conftest import build_json, run_cli, statuses
 from helpers_workspace import assert_bad_input, build
 
-from rules.webdata.raw_corpus import GROUND_TRUTH, RawCorpusSpec, translations, write_raw_corpus
+from rules.webdata.blocks.raw_corpus.pages import RawCorpusSpec
+from rules.webdata.blocks.raw_corpus.pool import translations
+from rules.webdata.blocks.raw_corpus.warc import GROUND_TRUTH, write_raw_corpus
 
-RULES = 'rules = ["rules.webdata.local_sources"]\n'
+RULES = 'rules = ["rules.webdata.decls"]\n'
 PAGES = """
 synthetic_web_pages(
     name = "pages",

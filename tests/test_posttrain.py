@@ -87,8 +87,8 @@ def _workspace(root: Path) -> Path:
     rule modules."""
     rules = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["marinbuild"]["rules"]
     (root / "marinbuild.toml").write_text(f"rules = {json.dumps(rules)}\n")
-    (root / "rules").mkdir()
-    shutil.copy(REPO / "rules" / "lm.star", root / "rules" / "lm.star")
+    (root / "rules" / "lm").mkdir(parents=True)
+    shutil.copy(REPO / "rules" / "lm" / "lm.star", root / "rules" / "lm" / "lm.star")
     for example in (EXAMPLE, TUTORIAL):
         (root / example).parent.mkdir(parents=True)
         shutil.copy(REPO / example, root / example)

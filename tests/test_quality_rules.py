@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import build_json, run_cli, statuses
 
-from rules.webdata.score_distribution import distribution, score_histogram, score_range
+from rules.webdata.blocks.score_distribution import distribution, score_histogram, score_range
 
 PROSE = (
     "the river flows through the quiet valley where farmers grow wheat and barley near the old mill "
@@ -62,12 +62,12 @@ WEB = {
     "p/web/train/shard-00000.jsonl": _shard(GOOD[0], BAD[0]),
     "p/web/train/shard-00001.jsonl": _shard(BAD[1], GOOD[1]) + "not json\n",
 }
-RULES = 'rules = ["rules.webdata.quality_rules"]\n'
+RULES = 'rules = ["rules.webdata.decls"]\n'
 
 
 def _units_run(store: Path, phase: str) -> list[str]:
     records = [json.loads(path.read_text()) for path in (store / "attempts").rglob("*.json")]
-    return sorted(r["shard"] for r in records if r.get("impl") == f"rules.webdata.quality_rules:{phase}")
+    return sorted(r["shard"] for r in records if r.get("impl") == f"rules.webdata.score_quality:{phase}")
 
 
 def _lines(path: Path) -> list[dict]:

@@ -45,7 +45,7 @@ genrule(name = "after_broken", srcs = [":broken"], outs = ["y.txt"], cmd = "cat 
 # budget's parabola is clearly convex (its middle run lies about 0.14 nats below the chord
 # of the other two); at 1e9 its minimum is inside the sweep, at 3e9 it is extrapolated.
 SCALING_SUITE = """
-load("//rules:scaling.star", "isoflop_sweep", "optimal_runs", "scaling_recipe")
+load("//rules/scaling:scaling.star", "isoflop_sweep", "optimal_runs", "scaling_recipe")
 recipe = scaling_recipe(
     vocab_size = 300, seq_len = 64, widths = [4, 16, 64], head_dim = 4,
     depth_base = 1000, depth_log_slope = 0, depth_offset = 0,

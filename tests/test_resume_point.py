@@ -3,7 +3,7 @@
 Levanter saves a step's checkpoint before that step's metrics line is written (the line
 comes once the next step starts, after the step's evaluation), so a kill can leave a
 complete checkpoint whose step has no line; the run resumes from the checkpoint before it
-(rules/training_resume.py). `build --dry-run`, `explain` and `build` say so, from the same
+(rules/common/training_files.py). `build --dry-run`, `explain` and `build` say so, from the same
 decision. The test kills a real training in that window: its evaluation of the whole
 validation split, run at each checkpoint's step, keeps the window open for seconds, and
 the build is frozen (SIGSTOP) the moment a checkpoint is complete, so that what the kill
@@ -22,13 +22,13 @@ from pathlib import Path
 from conftest import run_cli, start_to_kill, statuses
 from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _build, _output, _workspace
 
-from rules.lm import resume_point
+from rules.lm.decls import resume_point
 
 STEPS, INTERVAL = 50, 10
 # Half of a larger corpus held out for validation: each evaluation (at step 0 and at every
 # checkpoint's step, before the next step logs the line) reads hundreds of batches.
 BUILD = f"""
-load("//rules:lm.star", "llama")
+load("//rules/lm:lm.star", "llama")
 python_corpus(name = "corpus", sample_count = 400, chunk_characters = 1500, validation_fraction = 0.5)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
@@ -134,12 +134,12 @@ def _metadata(step: int) -> str:
 
 
 def test_the_resume_point_is_the_newest_whole_checkpoint_whose_step_was_logged(tmp_path: Path) -> None:
-    from rules.levanter_lm import _keep_until_resume_point
+    from rules.common.levanter.training import keep_until_resume_point
 
     # Killed after the checkpoint at 29, before its line (steps 0 to 24 logged), while 39 was being saved.
     scratch = _scratch(tmp_path / "a", {9: _metadata(9), 19: _metadata(19), 29: _metadata(29)}, [39], 24, True)
     assert _said(scratch) == "the checkpoint at step 19"
-    _keep_until_resume_point(scratch)  # what the run leaves before Levanter starts
+    keep_until_resume_point(scratch)  # what the run leaves before Levanter starts
     assert sorted(path.name for path in (scratch / "checkpoints").iterdir()) == ["step-19", "step-9"]
     assert _logged(scratch) == set(range(20)) and _said(scratch) == "the checkpoint at step 19"
 
@@ -152,5 +152,5 @@ def test_the_resume_point_is_the_newest_whole_checkpoint_whose_step_was_logged(t
     # None logged yet (killed during the first evaluation after its checkpoint): from the start.
     scratch = _scratch(tmp_path / "d", {9: _metadata(9)}, [19], 8)
     assert _said(scratch) is None
-    _keep_until_resume_point(scratch, [{"step": 0, "train/loss": 2.0}])  # a continuation's history first
+    keep_until_resume_point(scratch, [{"step": 0, "train/loss": 2.0}])  # a continuation's history first
     assert not list((scratch / "checkpoints").iterdir()) and _logged(scratch) == {0}

@@ -18,11 +18,12 @@ import pyarrow.parquet as pq
 from conftest import build_json, keys, statuses, store_files
 from helpers_workspace import assert_bad_input, build
 
-from rules.data import chunk_lines, stdlib_files
+from rules.common.stdlib import stdlib_files
+from rules.data.sources import chunk_lines
 
 pytest_plugins = ["helpers_hub"]  # the offline_hub fixture
 
-RULES = 'rules = ["rules.data"]\n'
+RULES = 'rules = ["rules.data.decls"]\n'
 DOCS = [f"document number {i}" for i in range(8)]
 
 

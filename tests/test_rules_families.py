@@ -19,7 +19,7 @@ from test_rules_hf import LOGITS_ATOL, TOKENS, _build, _logits, _summary
 from test_rules_lm import _workspace
 
 BUILD = """
-load("//rules:lm.star", "mixtral", "olmo2", "qwen")
+load("//rules/lm:lm.star", "mixtral", "olmo2", "qwen")
 python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")

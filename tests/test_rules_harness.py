@@ -23,13 +23,11 @@ from test_rules_hf import DATA, TRAINER
 from test_rules_lm import TRAIN_TIMEOUT_S, _workspace
 
 from marinbuild.targets.context import StepFailed
-from rules.eval_harness import LM_EVAL_VERSION, next_line_questions
+from rules.evals.constants import LM_EVAL_VERSION
+from rules.evals.mc_task import next_line_questions
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = (
-    'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.hf_checkpoints", '
-    '"rules.eval_harness"]\n'
-)
+CONFIG = 'rules = ["rules.data.decls", "rules.tokenize.decls", "rules.lm.decls", "rules.evals.decls"]\n'
 # Six questions in the format of lm-eval's arc_easy (allenai/ai2_arc), its test split only.
 ARC = [
     ("Which is a liquid at room temperature?", ["water", "iron", "salt", "wood"], "A"),

@@ -32,7 +32,7 @@ TOKENS = [0, 5, 17, 99, 200, 3, 45, 120, 7, 250, 1]
 EXPORTED = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
 
 DATA = """
-load("//rules:lm.star", "llama")
+load("//rules/lm:lm.star", "llama")
 python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
@@ -95,7 +95,7 @@ import equinox as eqx, haliax as hax, jax, jax.numpy as jnp
 from levanter.checkpoint import load_checkpoint
 from levanter.layers.attention import AttentionMask
 from levanter.utils.jax_utils import local_cpu_mesh
-from rules import levanter_lm
+from rules.common.levanter import configs
 
 tokens, pairs = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 results = []
@@ -104,7 +104,7 @@ for trained, exported in pairs:
     with torch.no_grad():
         theirs = hf(torch.tensor([tokens])).logits[0].numpy()
     record = json.loads((Path(trained) / "model.json").read_text())
-    config = levanter_lm.model_config(record["model"], Path(trained) / "tokenizer", Path(tempfile.mkdtemp()))
+    config = configs.model_config(record["model"], Path(trained) / "tokenizer", Path(tempfile.mkdtemp()))
     with local_cpu_mesh():
         model = eqx.filter_eval_shape(config.build, hax.Axis("vocab", theirs.shape[-1]), key=jax.random.PRNGKey(0))
         model = load_checkpoint(model, f"{trained}/checkpoint", subpath="model")

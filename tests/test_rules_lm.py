@@ -20,13 +20,13 @@ from conftest import build_json, keys, run_cli, start_to_kill, statuses
 import marinbuild
 from marinbuild.provenance.rerun import check_outputs
 from marinbuild.session import Session
-from rules.lm import train_lm
+from rules.lm.decls import train_lm
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_TIMEOUT_S = 300
 PKG = "//exp"
 
-CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.hf_checkpoints"]\n'
+CONFIG = 'rules = ["rules.data.decls", "rules.tokenize.decls", "rules.lm.decls"]\n'
 
 
 def _build_file(
@@ -41,7 +41,7 @@ def _build_file(
         trainer or '{"steps": 6, "batch_size": 4, "eval_interval": 3, "checkpoint_interval": 2, "max_eval_batches": 2}'
     )
     return f"""
-load("//rules:lm.star", "cpu", "gpu", "llama")
+load("//rules/lm:lm.star", "cpu", "gpu", "llama")
 python_corpus(name = "corpus", sample_count = {sample_count}, chunk_characters = 1500, validation_fraction = 0.1)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
@@ -60,9 +60,8 @@ eval_lm(name = "eval", model = ":model", data = [":tokens"], batch_size = 4, max
 
 
 def _workspace(root: Path, build: str) -> Path:
-    (root / "rules").mkdir(parents=True)
-    (root / "rules" / "BUILD.marin").write_text("")
-    (root / "rules" / "lm.star").write_text((REPO / "rules" / "lm.star").read_text())
+    (root / "rules" / "lm").mkdir(parents=True)
+    (root / "rules" / "lm" / "lm.star").write_text((REPO / "rules" / "lm" / "lm.star").read_text())
     (root / "exp").mkdir()
     (root / "exp" / "BUILD.marin").write_text(build)
     (root / "marinbuild.toml").write_text(CONFIG)
@@ -104,7 +103,7 @@ def test_train_and_evaluate_a_tiny_model(tmp_path: Path) -> None:
     assert f"eval loss {summary['eval_loss']:.3f} (at initialisation" in out
 
     # `show` prints the effective config: the defaults the BUILD file left out included
-    # (rules/lm_config.py), as recorded in model.json for eval_lm.
+    # (rules/common/lm_config.py), as recorded in model.json for eval_lm.
     rc, out, err = run_cli(ws, "show", f"{PKG}:model")
     assert rc == 0 and '"weight_decay": 0.1' in out and '"activation_function": "silu"' in out, out + err
     recorded = json.loads((model / "model.json").read_text())["model"]

@@ -22,21 +22,18 @@ from helpers_workspace import assert_bad_declarations
 from test_rules_hf import _logits
 from test_rules_lm import _wait_for_checkpoint, _workspace
 
-from rules.chat_data import ASSISTANT, MESSAGES, chat_problem, conversations
-from rules.data import stdlib_inputs
-from rules.sft import DEFAULT_CHAT_TEMPLATE
+from rules.common.stdlib import stdlib_inputs
+from rules.posttrain.chat_data import conversations
+from rules.posttrain.constants import ASSISTANT, DEFAULT_CHAT_TEMPLATE, MESSAGES, chat_problem
 
-CONFIG = (
-    'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.hf_checkpoints", '
-    '"rules.chat_data", "rules.sft"]\n'
-)
+CONFIG = 'rules = ["rules.data.decls", "rules.tokenize.decls", "rules.lm.decls", "rules.posttrain.decls"]\n'
 # The whole pipeline in one build, base model to fine-tuned exports, on two cores.
 BUILD_TIMEOUT_S = 1800
 # As test_rules_hf.py's: float32 on the CPU, two implementations of the same arithmetic.
 LOGITS_ATOL = 1e-4
 TRAINER = '{"steps": 6, "batch_size": 4, "eval_interval": 3, "max_eval_batches": 2}'
 BASE = f"""
-load("//rules:lm.star", "llama", "lora")
+load("//rules/lm:lm.star", "llama", "lora")
 python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
@@ -171,7 +168,7 @@ def test_fine_tuning_with_and_without_lora(tmp_path: Path) -> None:
 # run (exported in the step) with every weight and with LoRA, a Qwen 2 from its run, an
 # OLMo 2 from its Hugging Face checkpoint; and a checkpoint of a family train_lm does not train.
 FAMILIES = f"""
-load("//rules:lm.star", "lora", "mixtral", "olmo2", "qwen")
+load("//rules/lm:lm.star", "lora", "mixtral", "olmo2", "qwen")
 python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
@@ -341,8 +338,8 @@ def test_the_loss_counts_the_assistants_tokens_and_no_prompt_token(tmp_path: Pat
     from levanter.data.text import ChatLmDatasetFormat
     from transformers import AutoTokenizer
 
-    from rules import levanter_sft
-    from rules.levanter_lm import data_config
+    from rules.common.levanter.data import data_config
+    from rules.posttrain.sft_lm import chat_caches
 
     # Multi-turn conversations (a class and its methods) and single ones, one with a system turn.
     sources = stdlib_inputs({})
@@ -356,7 +353,7 @@ def test_the_loss_counts_the_assistants_tokens_and_no_prompt_token(tmp_path: Pat
     texts = [message["content"] for messages in chats for message in messages]
     tokenizer_dir = _tokenizer(tmp_path / "tokenizer", texts)
     chat_format = ChatLmDatasetFormat(chat_template=DEFAULT_CHAT_TEMPLATE)
-    caches = levanter_sft.chat_caches({"//t:chats": str(data)}, tokenizer_dir, chat_format, 256, tmp_path / "caches")
+    caches = chat_caches({"//t:chats": str(data)}, tokenizer_dir, chat_format, 256, tmp_path / "caches")
     dataset = data_config(caches, {"chats": 1.0}, tokenizer_dir, chat_format)
 
     # The examples sft_lm trains on: conversations packed into 256-token sequences, shuffled.
@@ -445,7 +442,7 @@ def test_the_lora_schema_matches_levanters_and_adapts_every_linear_layer_but_the
     from levanter.models.llama import LlamaConfig
     from levanter.utils.jax_utils import leaf_key_paths
 
-    from rules.sft import LLAMA_LINEAR_PATHS, LORA_FIELDS
+    from rules.posttrain.decls import LLAMA_LINEAR_PATHS, LORA_FIELDS
 
     theirs = {field.name: field for field in dataclasses.fields(LoraConfig)}
     assert {field.name for field in LORA_FIELDS} == set(theirs)

@@ -14,7 +14,7 @@ import pytest
 from conftest import build_json, keys, store_files
 from helpers_workspace import assert_bad_input, build
 
-RULES = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches"]\n'
+RULES = 'rules = ["rules.data.decls", "rules.tokenize.decls"]\n'
 TEXTS = [f"The value of item {i} is {i * 7}; item {i} follows item {i - 1}." for i in range(24)]
 PIPELINE = """\
     text_files(name = "text", srcs = ["docs.jsonl"], sample_count = 20, validation_fraction = 0.25)

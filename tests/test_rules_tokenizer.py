@@ -15,7 +15,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 pytest_plugins = ["helpers_hub"]  # the offline_hub fixture
 
-RULES = 'rules = ["rules.data", "rules.tokenizer"]\n'
+RULES = 'rules = ["rules.data.decls", "rules.tokenize.decls"]\n'
 LAYOUT = ["config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
 CORPUS = "".join(
     json.dumps({"text": f"def function_{i}(value):\n    return value * {i} + {i * i}\n"}) + "\n" for i in range(60)

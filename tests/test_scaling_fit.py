@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from marinbuild.targets.context import StepFailed
-from rules import scaling_fit
-from rules.scaling_fit import Run, Settings
+from rules.scaling import fit as scaling_fit
+from rules.scaling.fit import Settings
+from rules.scaling.runs import Run
 
 # The truth the synthetic runs follow: D*(C) = A C^alpha, L*(C) = E + B C^-beta, and
 # around D* a parabola in log10(tokens) of curvature K.
@@ -149,7 +150,7 @@ def test_a_fit_needs_two_budgets_with_a_minimum() -> None:
 
 
 def test_plots_are_drawn_from_the_fit_alone_and_reproducibly(tmp_path) -> None:
-    from rules import scaling_plots
+    from rules.scaling import plots as scaling_plots
 
     held = Run("//s:held", 1e21, A * 1e21**ALPHA, 1e21, E + B * 1e21**-BETA)
     fit = scaling_fit.fit(synthetic_runs(noise=0.002), [held], [1e22], Settings(bootstrap=20))
@@ -177,7 +178,7 @@ _FIT_IN_A_PROCESS = """
 import json, random, sys
 sys.path[:0] = {paths!r}
 from test_scaling_fit import synthetic_runs
-from rules import scaling_fit
+from rules.scaling import fit as scaling_fit
 runs = synthetic_runs(noise=0.004, seed=3)
 random.Random({order}).shuffle(runs)
 fit = scaling_fit.fit(runs, [], [1e22], scaling_fit.Settings(bootstrap=300))

@@ -1,4 +1,4 @@
-"""The recipe macros of rules/scaling.star, on the suites of experiments/delphi.
+"""The recipe macros of rules/scaling/scaling.star, on the suites of experiments/delphi.
 
 Each generated run's FLOPs are recounted by Levanter's own formula (what train_lm logs as
 `throughput/total_gflops`) from the model, batch and steps alone, and compared with the
@@ -119,8 +119,8 @@ def test_dry_run_and_query_over_the_full_suite(tmp_path: Path) -> None:
 # -- mixtures of experts ------------------------------------------------------------------------
 
 MOE_BUILD = """
-load("//rules:lm.star", "llama_nano", "mixtral_nano")
-load("//rules:scaling.star", "isoflop_sweep", "scaling_recipe")
+load("//rules/lm:lm.star", "llama_nano", "mixtral_nano")
+load("//rules/scaling:scaling.star", "isoflop_sweep", "scaling_recipe")
 python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
@@ -138,10 +138,10 @@ train_lm(name = "nano_moe", data = ":tokens", model = mixtral_nano(), trainer = 
 
 
 def _moe_flops(attrs: dict, vocab_size: int) -> float:
-    from rules import levanter_lm
+    from rules.common.levanter.configs import CONFIG_CLASSES
 
     model, trainer = attrs["model"], attrs["trainer"]
-    config = levanter_lm.CONFIG_CLASSES[model.get("family", "llama")](
+    config = CONFIG_CLASSES[model.get("family", "llama")](
         **{name: value for name, value in model.items() if name not in ("family", "activation_function")}
     )
     return 3 * config.flops_per_token(vocab_size) * trainer["steps"] * trainer["batch_size"] * model["seq_len"]
@@ -149,14 +149,13 @@ def _moe_flops(attrs: dict, vocab_size: int) -> float:
 
 def _recipe_workspace(ws: Path, build_file: str) -> Path:
     """A workspace of the ML rules whose package exp holds `build_file`, with the macros."""
-    (ws / "rules").mkdir(parents=True)
-    (ws / "rules" / "BUILD.marin").write_text("")
-    for star in ("lm.star", "scaling.star"):
+    for star in ("lm/lm.star", "scaling/scaling.star"):
+        (ws / "rules" / star).parent.mkdir(parents=True)
         (ws / "rules" / star).write_text((REPO / "rules" / star).read_text())
     (ws / "exp").mkdir()
     (ws / "exp" / "BUILD.marin").write_text(build_file)
     (ws / "marinbuild.toml").write_text(
-        'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.scaling"]\n'
+        'rules = ["rules.data.decls", "rules.tokenize.decls", "rules.lm.decls", "rules.scaling.decls"]\n'
     )
     return ws
 
@@ -214,7 +213,7 @@ def test_a_mixture_of_experts_recipe_counts_the_flops_of_its_active_experts(tmp_
 # -- values out of range ------------------------------------------------------------------------
 
 RANGES_BUILD = """\
-load("//rules:scaling.star", "isoflop_sweep", "scaling_recipe")
+load("//rules/scaling:scaling.star", "isoflop_sweep", "scaling_recipe")
 filegroup(name = "tokens")
 shape = dict(vocab_size = 300, seq_len = 64, widths = [32, 64, 128, 256], head_dim = 16, target_steps = 10,
              min_batch = 1, max_batch = 64)
@@ -267,7 +266,7 @@ def test_a_recipe_value_out_of_range_fails_at_the_build_line_that_uses_it(
 
 
 FIT_BUILD = """\
-load("//rules:scaling.star", "isoflop_sweep", "scaling_recipe")
+load("//rules/scaling:scaling.star", "isoflop_sweep", "scaling_recipe")
 filegroup(name = "tokens")
 shape = dict(vocab_size = 300, seq_len = 64, widths = [32, 64, 128, 256], head_dim = 16, target_steps = 10,
              min_batch = 1, max_batch = 64)
@@ -292,3 +291,46 @@ def test_a_fit_s_number_out_of_range_fails_at_its_line(
     assert_bad_input(
         build(ws, "//exp:fit"), ws, "exp/BUILD.marin", 7, f"fit_scaling_law 'fit': attribute '{attribute}': {message}"
     )
+
+
+# -- the two counts of non-embedding parameters ---------------------------------------------------
+
+# Every shape the counts differ on: width, heads, grouped queries, a head size of its own, the
+# MLP's width, depth, and a mixture of experts with and without a shared one.
+SHAPES = [
+    dict(hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, intermediate=intermediate, **extra)
+    for hidden, heads in ((32, 2), (64, 4), (96, 8))
+    for kv_heads in (1, heads)
+    for layers, intermediate in ((1, None), (3, 5 * hidden))
+    for extra in ({}, {"head_dim": 8}, {"head_dim": 24})
+]
+MOE = [dict(experts=experts, experts_per_token=2, shared_experts=shared) for experts, shared in ((4, 0), (8, 1))]
+PARAMS_BUILD = """
+load("//rules/lm:lm.star", "llama", "mixtral")
+load("//rules/scaling:scaling.star", "non_embedding_params")
+SHAPES = {shapes}
+MOE = {moe}
+# A Mixtral has no head size of its own (its layers never read the field).
+moes = [mixtral(**dict(shape, **moe)) for shape in SHAPES if "head_dim" not in shape for moe in MOE]
+models = [llama(**shape) for shape in SHAPES] + moes
+for index, model in enumerate(models):
+    config = {{"model": model, "params": non_embedding_params(model)}}
+    py_step(name = "m%d" % index, fn = "steps.py:run", config = config)
+"""
+
+
+def test_the_recipes_and_the_fit_count_non_embedding_parameters_alike(tmp_path: Path) -> None:
+    """scaling.star counts a recipe's parameters (its prior, the runs' descriptions), the fit
+    counts a run's from its model.json (rules/scaling/runs.py): the same count, whatever the
+    shape, a head size of its own included."""
+    from rules.common import lm_config
+    from rules.scaling.runs import non_embedding_params
+
+    build_file = PARAMS_BUILD.format(shapes=repr(SHAPES), moe=repr(MOE))
+    ws = _recipe_workspace(tmp_path / "ws", build_file)
+    (ws / "exp" / "steps.py").write_text("def run(ctx):\n    pass\n")
+    targets = plan(ws, "//exp:all").targets
+    assert len(targets) == len(SHAPES) + len([shape for shape in SHAPES if "head_dim" not in shape]) * len(MOE)
+    for label, target in targets.items():
+        model, counted = target.attrs["config"]["model"], target.attrs["config"]["params"]
+        assert counted == non_embedding_params(lm_config.resolve("model", model)), label

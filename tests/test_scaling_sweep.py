@@ -16,12 +16,12 @@ from conftest import build_json, run_cli, statuses
 REPO = Path(__file__).resolve().parents[1]
 PKG = "//exp"
 TRAIN_TIMEOUT_S = 600
-CONFIG = 'rules = ["rules.data", "rules.tokenizer", "rules.token_caches", "rules.lm", "rules.scaling"]\n'
+CONFIG = 'rules = ["rules.data.decls", "rules.tokenize.decls", "rules.lm.decls", "rules.scaling.decls"]\n'
 
 
 def _build_file(budgets: list[float]) -> str:
     return f"""
-load("//rules:scaling.star", "isoflop_sweep", "scaling_recipe")
+load("//rules/scaling:scaling.star", "isoflop_sweep", "scaling_recipe")
 python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
@@ -37,9 +37,8 @@ fit_scaling_law(name = "fit", runs = runs, bootstrap = 10)
 
 
 def _workspace(root: Path, build: str) -> Path:
-    (root / "rules").mkdir(parents=True)
-    (root / "rules" / "BUILD.marin").write_text("")
-    for star in ("lm.star", "scaling.star"):
+    for star in ("lm/lm.star", "scaling/scaling.star"):
+        (root / "rules" / star).parent.mkdir(parents=True)
         (root / "rules" / star).write_text((REPO / "rules" / star).read_text())
     (root / "exp").mkdir()
     (root / "exp" / "BUILD.marin").write_text(build)

@@ -90,7 +90,7 @@ def test_show_by_key_prints_a_unit_of_a_sharded_step(make_workspace):
         "p/corpus/train/shard-00000.jsonl": shard,
         "p/corpus/validation/shard-00000.jsonl": held_out,
     }
-    ws = make_workspace(files, 'rules = ["rules.webdata.filter_text"]\n')
+    ws = make_workspace(files, 'rules = ["rules.webdata.decls"]\n')
     build_json(ws, "//p:filtered")
     units = show(ws, "//p:filtered")["shards"]
     assert len(units) == 2

@@ -26,23 +26,14 @@ import pytest
 
 from marinbuild.targets.attrs import AttrError
 from marinbuild.targets.context import StepFailed
-from rules.webdata.dedup import (
-    CONTENT,
-    KEPT,
-    MINHASH,
-    NEAR,
-    VERIFY_BYTES,
-    ClusterMember,
-    Clusters,
-    Deduplication,
-    ShardSignatures,
-    find_clusters,
-    map_shard,
-)
-from rules.webdata.dedup_config import DedupConfig, FuzzyDedup, ParagraphDedup
-from rules.webdata.documents import Document, Skips, read_documents, write_documents
-from rules.webdata.extract import read_warc
-from rules.webdata.raw_corpus import GROUND_TRUTH, WARC_DIRECTORY, RawCorpusSpec, write_raw_corpus
+from rules.webdata.blocks.dedup.apply import ClusterMember, Deduplication
+from rules.webdata.blocks.dedup.clusters import KEPT, NEAR, VERIFY_BYTES, Clusters, find_clusters
+from rules.webdata.blocks.dedup.config import DedupConfig, FuzzyDedup, ParagraphDedup
+from rules.webdata.blocks.dedup.signatures import CONTENT, MINHASH, ShardSignatures, map_shard
+from rules.webdata.blocks.documents import Document, Skips, read_documents, write_documents
+from rules.webdata.blocks.extract import read_warc
+from rules.webdata.blocks.raw_corpus.pages import RawCorpusSpec
+from rules.webdata.blocks.raw_corpus.warc import GROUND_TRUTH, WARC_DIRECTORY, write_raw_corpus
 
 SPEC = RawCorpusSpec(
     seed=7, pages=400, pages_per_file=100, exact_duplicate_rate=0.1, near_duplicate_rate=0.15, stdlib_modules=3
@@ -178,9 +169,9 @@ def test_a_shard_s_signatures_are_the_same_bytes_in_another_process(corpus, tmp_
     config = DedupConfig(paragraphs=ParagraphDedup())
     map_shard(read_documents(shard, Skips()), config, tmp_path / "here")
     code = (
-        "import sys; from pathlib import Path; from rules.webdata.dedup import map_shard;"
-        "from rules.webdata.dedup_config import DedupConfig, ParagraphDedup;"
-        "from rules.webdata.documents import Skips, read_documents;"
+        "import sys; from pathlib import Path; from rules.webdata.blocks.dedup.signatures import map_shard;"
+        "from rules.webdata.blocks.dedup.config import DedupConfig, ParagraphDedup;"
+        "from rules.webdata.blocks.documents import Skips, read_documents;"
         "config = DedupConfig(paragraphs=ParagraphDedup());"
         "map_shard(read_documents(Path(sys.argv[1]), Skips()), config, Path(sys.argv[2]))"
     )
@@ -366,7 +357,7 @@ def test_a_spec_gives_the_config_back_with_every_parameter() -> None:
 def test_making_the_config_imports_no_numpy() -> None:
     """BUILD files are loaded with dedup's parameters checked: that must not import numpy."""
     code = (
-        "import sys; from rules.webdata.dedup_config import DedupConfig; "
+        "import sys; from rules.webdata.blocks.dedup.config import DedupConfig; "
         "DedupConfig.from_spec(fuzzy={'bands': 20, 'rows': 5}, paragraphs=True); print('numpy' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

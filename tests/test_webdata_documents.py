@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from rules.corpus_shards import read_split
-from rules.webdata.documents import Document, Skips, read_documents, write_documents
+from rules.common.corpus import read_split
+from rules.webdata.blocks.documents import Document, Skips, read_documents, write_documents
 
 DOCUMENTS = [
     Document(text="first page", id="a", url="https://example.org/a", metadata={"warc_date": "2024-01-01T00:00:00Z"}),

@@ -14,17 +14,11 @@ import pytest
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from rules.webdata.documents import Skips
-from rules.webdata.extract import ExtractConfig, main_text, read_html, read_warc
-from rules.webdata.raw_corpus import (
-    GROUND_TRUTH,
-    WARC_DIRECTORY,
-    Pool,
-    RawCorpus,
-    RawCorpusSpec,
-    response_record,
-    write_raw_corpus,
-)
+from rules.webdata.blocks.documents import Skips
+from rules.webdata.blocks.extract import ExtractConfig, main_text, read_html, read_warc
+from rules.webdata.blocks.raw_corpus.pages import RawCorpus, RawCorpusSpec
+from rules.webdata.blocks.raw_corpus.pool import Pool
+from rules.webdata.blocks.raw_corpus.warc import GROUND_TRUTH, WARC_DIRECTORY, response_record, write_raw_corpus
 
 SPEC = RawCorpusSpec(seed=3, pages=160, pages_per_file=80, malformed_rate=0.15, boilerplate_rate=0.05, stdlib_modules=2)
 

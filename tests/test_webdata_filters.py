@@ -17,18 +17,12 @@ import pytest
 
 from marinbuild.targets.attrs import AttrError
 from marinbuild.targets.context import StepFailed
-from rules.webdata.documents import Document
-from rules.webdata.filters import (
-    FILTERS,
-    C4Quality,
-    FilterChain,
-    GopherQuality,
-    GopherRepetition,
-    Language,
-    Rejection,
-    make_filter,
-)
-from rules.webdata.raw_corpus import Pool
+from rules.webdata.blocks.documents import Document
+from rules.webdata.blocks.filters.c4 import C4Quality
+from rules.webdata.blocks.filters.chain import FILTERS, FilterChain, Rejection, make_filter
+from rules.webdata.blocks.filters.gopher import GopherQuality, GopherRepetition
+from rules.webdata.blocks.filters.scores import Language
+from rules.webdata.blocks.raw_corpus.pool import Pool
 
 CLEAN = "\n".join(
     [
@@ -144,7 +138,7 @@ def language_model(tmp_path_factory, pool) -> str:
     directory = tmp_path_factory.mktemp("lid")
     (directory / "train.txt").write_text("\n".join(lines) + "\n")
     # A 32 MiB input matrix (bucket x dim): one thread draws only its first tenth, and only a
-    # matrix that large is surely zeroed memory for the rest (rules/webdata/quality.py).
+    # matrix that large is surely zeroed memory for the rest (rules/webdata/blocks/quality.py).
     model = fasttext.train_supervised(
         str(directory / "train.txt"), epoch=25, lr=0.5, dim=16, minn=2, maxn=4, bucket=2**19, thread=1, verbose=0
     )
@@ -259,7 +253,7 @@ def test_the_chain_yields_kept_documents_and_rejections_and_its_counts_add_up() 
 def test_making_filters_imports_no_fasttext() -> None:
     """BUILD files are loaded with the filters' specs checked: that must not import fastText."""
     code = (
-        "import sys; from rules.webdata.filters import make_filter; "
+        "import sys; from rules.webdata.blocks.filters.chain import make_filter; "
         "make_filter({'name': 'language', 'model': 'lid.bin'}); print('fasttext' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -17,11 +17,13 @@ import pytest
 from marinbuild.targets.attrs import AttrError
 from marinbuild.targets.context import StepFailed
 from marinbuild.targets.distributions import Distribution, distributions
-from rules.webdata.documents import Document
-from rules.webdata.filters import QualityThreshold, make_filter
-from rules.webdata.quality import QualityHyperparameters, QualityScorer, one_line, top_fraction_cut, train_classifier
-from rules.webdata.raw_corpus import Pool
-from rules.webdata.score_distribution import BINS, distribution, score_histogram, score_range
+from rules.webdata.blocks.documents import Document
+from rules.webdata.blocks.fasttext import one_line
+from rules.webdata.blocks.filters.chain import make_filter
+from rules.webdata.blocks.filters.scores import QualityThreshold
+from rules.webdata.blocks.quality import QualityHyperparameters, QualityScorer, top_fraction_cut, train_classifier
+from rules.webdata.blocks.raw_corpus.pool import Pool
+from rules.webdata.blocks.score_distribution import BINS, distribution, score_histogram, score_range
 
 SMALL = QualityHyperparameters(epoch=10, dim=16, bucket=2**19)  # the smallest deterministic matrix
 
@@ -208,7 +210,7 @@ def test_hyperparameters_give_back_every_value() -> None:
 
 def test_checking_hyperparameters_imports_neither_numpy_nor_fasttext() -> None:
     code = (
-        "import sys; from rules.webdata.quality import QualityHyperparameters; "
+        "import sys; from rules.webdata.blocks.quality import QualityHyperparameters; "
         "QualityHyperparameters.from_spec({'dim': 16, 'bucket': 2**19}); "
         "print('numpy' in sys.modules, 'fasttext' in sys.modules)"
     )

@@ -17,14 +17,9 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from rules.webdata.raw_corpus import (
-    GROUND_TRUTH,
-    WARC_DIRECTORY,
-    Pool,
-    RawCorpus,
-    RawCorpusSpec,
-    write_raw_corpus,
-)
+from rules.webdata.blocks.raw_corpus.pages import RawCorpus, RawCorpusSpec
+from rules.webdata.blocks.raw_corpus.pool import Pool
+from rules.webdata.blocks.raw_corpus.warc import GROUND_TRUTH, WARC_DIRECTORY, write_raw_corpus
 
 # Rates well above the defaults, so 240 pages hold several pages of every kind.
 SPEC = RawCorpusSpec(

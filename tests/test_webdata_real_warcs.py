@@ -33,11 +33,11 @@ from helpers_warc import (
 )
 
 from marinbuild.targets.context import StepFailed
-from rules.corpus_shards import SPLITS
-from rules.webdata.documents import Skips
-from rules.webdata.extract import ExtractConfig, read_html, read_warc
+from rules.common.corpus import SPLITS
+from rules.webdata.blocks.documents import Skips
+from rules.webdata.blocks.extract import ExtractConfig, read_html, read_warc
+from rules.webdata.blocks.extract_worker import budgeted_extraction
 from rules.webdata.extract_text import extract_into, held_out
-from rules.webdata.extract_worker import budgeted_extraction
 
 DEFAULT = ExtractConfig()
 

@@ -1,6 +1,6 @@
 """Checkpoints as inputs with Levanter (issue #19, part 2): a run keeps checkpoints, each an
 entry of its own, eval_lm evaluates one, train_lm continues from one with a schedule of its own (a
-cooldown), and `wsd_cooldowns` of //rules:lm.star builds such a family from one stable
+cooldown), and `wsd_cooldowns` of //rules/lm:lm.star builds such a family from one stable
 run. Tiny, as tests/test_rules_lm.py: a 1-layer, d=32 Llama for 6 steps.
 
 The engine's side (a kept checkpoint published while its run trains, read before the run
@@ -21,7 +21,7 @@ TRAINER = '{"steps": 6, "batch_size": 4, "eval_interval": 3, "checkpoint_interva
 
 def _build_file(cooldowns: str = "[[3, 2]]", continued: str = "") -> str:
     return f"""
-load("//rules:lm.star", "cpu", "llama", "wsd_cooldowns")
+load("//rules/lm:lm.star", "cpu", "llama", "wsd_cooldowns")
 python_corpus(name = "corpus", sample_count = 60, chunk_characters = 1500, validation_fraction = 0.1)
 bpe_tokenizer(name = "tokenizer", data = ":corpus", vocab_size = 300)
 tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")

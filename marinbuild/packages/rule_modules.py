@@ -31,10 +31,12 @@ def workspace_rules(workspace: Workspace) -> dict[str, Rule]:
         try:
             module = importlib.import_module(module_name)
         except ImportError as error:
+            _check_not_moved(workspace, module_name)
             raise WorkspaceError(
                 f"{workspace.config_file}: cannot import rule module '{module_name}': {error}",
                 hint="rule modules are imported from the workspace root and must not import ML libraries at top level",
             ) from None
+        _check_not_moved(workspace, module_name)
         for value in vars(module).values():
             if isinstance(value, Rule):
                 if value.name in rules and rules[value.name] is not value:
@@ -43,6 +45,25 @@ def workspace_rules(workspace: Workspace) -> dict[str, Rule]:
                     )
                 rules[value.name] = value
     return rules
+
+
+def _check_not_moved(workspace: Workspace, module_name: str) -> None:
+    """Refuse a rule module its package says has moved: a package of rules may map the
+    names its modules once had to where their rules are now (`MOVED_MODULES` in its
+    top-level `__init__.py`), whether or not something else lives at the old name now."""
+    top = module_name.partition(".")[0]
+    if top == module_name:
+        return
+    try:
+        moved = getattr(importlib.import_module(top), "MOVED_MODULES", None)
+    except ImportError:
+        return
+    new = moved.get(module_name) if isinstance(moved, dict) else None
+    if isinstance(new, str) and new != module_name:
+        raise WorkspaceError(
+            f"{workspace.config_file}: rule module '{module_name}' moved to '{new}'",
+            hint=f"name '{new}' in the rules setting of {workspace.config_file.name}",
+        )
 
 
 # marinbuild's own code that loading runs: labels, attribute types, rules and the built-in

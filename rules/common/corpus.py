@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
-from marinbuild.targets.context import StepFailed
+from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.shards import ShardResult
 
 SPLITS = ("train", "validation")
@@ -129,6 +129,19 @@ def write_corpus(
     }
     (out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+def corpus_from(ctx: Context, documents: Iterable[Any], source: Mapping[str, Any], field: str = "text") -> None:
+    """`write_corpus` of a step whose attributes hold CORPUS_ATTRS, into its output."""
+    write_corpus(
+        ctx.out,
+        documents,
+        sample_count=ctx.attrs["sample_count"],
+        validation_fraction=ctx.attrs["validation_fraction"],
+        progress=ctx.progress,
+        source=source,
+        field=field,
+    )
 
 
 def corpus_root(files: Iterable[Path]) -> Path:

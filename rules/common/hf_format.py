@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from marinbuild.targets.context import StepFailed
-from rules.lm_config import FAMILIES
+from rules.common.lm_config import FAMILIES
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -87,7 +87,7 @@ def checkpoint_directory(files: Iterable[Path]) -> Path:
 
 def check_checkpoint(directory: Path, family: str, shown: str) -> dict:
     """config.json of the checkpoint in `directory` (called `shown` in errors), once it is
-    known to be of `family` (a family of rules/lm_config.py: its config.json says the
+    known to be of `family` (a family of rules/common/lm_config.py: its config.json says the
     family's Hugging Face `model_type`), with a fast tokenizer and safetensors weights that
     are whole (each file as long as its header says), consistent (the index and its shards
     agree) and of the shapes config.json implies."""

@@ -2,10 +2,10 @@
 
 This is the one place their defaults live. The loader resolves every target's dicts
 against it (`marinbuild.targets.attrs.struct`, each number against its range in
-`rules/lm_ranges.py`), so a typo, a wrong type or a value out of range fails when the
+`rules/common/ranges.py`), so a typo, a wrong type or a value out of range fails when the
 BUILD file loads — not in a worker after a TPU slice was reserved — and the recipe holds
 the effective config: `explain` and `show` print it, and a changed default changes the
-key (it is a different experiment). `rules/levanter_lm.py` takes every value from the
+key (it is a different experiment). `rules/common/levanter/` takes every value from the
 resolved dicts and declares no default of its own.
 
 `model` is one of the model families in `FAMILIES`, named by its `family` field (a
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from marinbuild.targets.attrs import Field, same_as, struct, tagged_struct
-from rules.lm_ranges import ranged
+from rules.common.ranges import ranged
 
 # -- model: one family's config ----------------------------------------------------------------
 
@@ -250,7 +250,7 @@ OPTIMIZER_EXCLUDED = {
     "clip_update_norm": "a nested config (ClipUpdateNormConfig), not a JSON scalar",
 }
 
-# -- trainer: ours, turned into Levanter's TrainerConfig by rules/levanter_lm.py ----------
+# -- trainer: ours, turned into Levanter's TrainerConfig by rules/common/levanter/ ----------
 
 TRAINER_FIELDS = (
     Field("steps", int, doc="Training steps, at least 2 (Levanter never checkpoints its step 0)."),
@@ -267,7 +267,7 @@ CONFIGS = {
     "optimizer": struct(OPTIMIZER_FIELDS),
     "trainer": struct(TRAINER_FIELDS),
 }
-# The attributes' types: each also checks its numbers' ranges (rules/lm_ranges.py).
+# The attributes' types: each also checks its numbers' ranges (rules/common/ranges.py).
 MODEL, OPTIMIZER, TRAINER = (ranged(kind, CONFIGS[kind]) for kind in ("model", "optimizer", "trainer"))
 
 

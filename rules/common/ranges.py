@@ -1,12 +1,12 @@
 """The ranges of the numeric fields of `model`, `optimizer`, `trainer` and `lora`: one table.
 
-The schemas (rules/lm_config.py, `LORA_FIELDS` of rules/sft.py) check each field's kind;
+The schemas (rules/common/lm_config.py, `LORA_FIELDS` of rules/posttrain/decls.py) check each field's kind;
 a value of the right kind can still be one that Levanter runs on without a word and to no
 purpose: a negative learning rate trains by gradient ascent and is published as a
 success, a beta1 of 1.5 diverges, a warmup of 2.5 fails only in the worker. `ranged` makes
 a schema's type check every numeric value of a dict against `RANGES` as it normalizes it,
 so that each rule taking one of these dicts (train_lm, sft_lm, and the train_lm targets
-the scaling recipes of rules/scaling.star declare) refuses it where the BUILD file loads,
+the scaling recipes of rules/scaling/scaling.star declare) refuses it where the BUILD file loads,
 naming the line, the field, the range and the value. Checks across fields (num_heads a
 multiple of num_kv_heads, warmup and decay within the run) stay with the rules.
 

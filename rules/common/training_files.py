@@ -1,20 +1,18 @@
-"""Which checkpoint a training resumes from: one decision, behind both what `build` and
-`explain` announce and what the run restores.
+"""What a training holds where, and which checkpoint it resumes from.
 
-A training (`train_lm`, `sft_lm`: `run_training` of rules/levanter_lm.py) keeps Levanter's
-checkpoints (`checkpoints/step-N/`, complete once its `metadata.json`, written last, is
-there) and its metrics (`metrics.jsonl`, a line per step) in its key's scratch space, where
-the next attempt at the key finds them. Levanter saves a step's checkpoint before that
-step's line is written (the line comes once the next step starts, after the step's
-evaluation), so a kill can leave a complete checkpoint newer than the last line. Resuming
-from it would lose the step's line for good, and the output would differ from an
-uninterrupted run's; the run resumes instead from the newest complete checkpoint whose
-step has its line, and trains the steps after it again, identically.
+A training (`train_lm`, `sft_lm`) keeps Levanter's checkpoints (`checkpoints/step-N/`,
+complete once its `metadata.json`, written last, is there) and its metrics
+(`metrics.jsonl`, a line per step) in its key's scratch space, where the next attempt
+finds them; its output holds `checkpoint/`, `tokenizer/`, `metrics.jsonl`, `model.json`
+and `summary.json`, which eval_lm, export_hf, eval_harness and the scaling fit read.
 
-`resume_step` decides that from the scratch space's files. The rule (`resume_point` of
-rules/lm.py) calls it on what the store holds, to say where a build would resume before
-it runs; the run calls it on the same files, and Levanter restores that checkpoint and no
-other. Cheap to import: no ML library.
+Levanter saves a step's checkpoint before that step's metrics line is written, so a kill
+can leave a complete checkpoint newer than the last line; resuming from it would lose
+that line for good. A run resumes instead from the newest complete checkpoint whose step
+has its line (`resume_step`), and trains the steps after it again, identically. The rule
+calls it on what the store holds, to say where a build would resume before it runs
+(`resume_point`); the run calls it on the same files, and Levanter restores that
+checkpoint and no other. Cheap to import: no ML library.
 """
 
 from __future__ import annotations
@@ -26,8 +24,14 @@ from typing import Any
 
 from marinbuild.targets.rule import ReadScratch
 
+# In a training's scratch space.
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
+# In its output (and in each state it keeps), besides metrics.jsonl.
+CHECKPOINT = "checkpoint"
+TOKENIZER_DIR = "tokenizer"
+MODEL_FILE = "model.json"  # the model config, its tokenizer's digest, how it was evaluated
+SUMMARY = "summary.json"
 _METADATA = re.compile(rf"{CHECKPOINTS}/step-(\d+)/metadata\.json")
 
 

@@ -1,5 +1,5 @@
-"""Benchmarks through lm-evaluation-harness: `mc_task` (a small multiple-choice task made
-from local data) and `eval_harness` (lm-eval tasks on a model, run by Levanter).
+"""The benchmark rules, through lm-evaluation-harness: `mc_task` (a small multiple-choice
+task made from local data) and `eval_harness` (lm-eval tasks on a model, run by Levanter).
 
 A *local task* is a directory holding `task.yaml`, an lm-eval task config whose
 `dataset_kwargs.data_files` name data files relative to it, beside those files (JSON
@@ -15,108 +15,34 @@ and `<task>.acc`, `<task>.acc_norm`, `<task>.samples` for each), which `marinbui
 `compare` and the report read as they read `eval_lm`'s. The key holds lm-eval's version
 (`lm_eval_version`, set by marinbuild): its task configs and metrics are its code.
 
-This module is cheap to import (loading reads it); the run is `rules/levanter_harness.py`.
+Declared here, cheap to import; the steps are mc_task.py and eval_harness.py.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, AttrType, JsonValue, LabelMap, absolute_label
-from marinbuild.targets.context import Context, StepFailed
+from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, Rule, StepInput, checkpoint_name
-from rules.corpus_shards import corpus_root, read_split
-from rules.hub import NO_TORCH
-from rules.lm import LEVANTER_MODULES, ML_PACKAGES, check_kept_step, evaluated_by
-
-# The lm-eval the steps run, as pinned in pyproject.toml: the default (and only accepted
-# value) of `lm_eval_version`, so that the key changes with it. Read here rather than from
-# the installed package, which would cost every load importlib.metadata.
-LM_EVAL_VERSION = "0.4.11"
-TASK_FILE = "task.yaml"
-METRICS = "metrics.json"
-# lm-eval's metrics of a multiple-choice task that metrics.json holds.
-TASK_METRICS = ("acc", "acc_norm")
-# What a task name may be made of (lm-eval's names: `arc_easy`, `hellaswag`, `mmlu_anatomy`).
-_TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+from rules.common.corpus import SUMMARY
+from rules.common.headline import json_headline
+from rules.common.hub import NO_TORCH
+from rules.evals.constants import LM_EVAL_VERSION, METRICS, SPLIT_FILES, TASK_FILE, TASK_METRICS, TASK_NAME
+from rules.lm.constants import LEVANTER_MODULES, ML_PACKAGES
+from rules.lm.decls import check_kept_step, evaluated_by
 
 # -- mc_task --------------------------------------------------------------------------------
 
-SPLIT_FILES = {"test": "test.jsonl", "train": "train.jsonl"}
-
-
-def task_config(name: str) -> dict[str, JsonValue]:
-    """The lm-eval config of an `mc_task`: the context, then each choice after a newline,
-    scored by its log-likelihood (`acc`) and per byte (`acc_norm`); few-shot examples come
-    from the train split."""
-    return {
-        "task": name,
-        "dataset_path": "json",
-        "dataset_kwargs": {"data_files": dict(SPLIT_FILES)},
-        "output_type": "multiple_choice",
-        "test_split": "test",
-        "fewshot_split": "train",
-        "doc_to_text": "context",
-        "doc_to_choice": "choices",
-        "doc_to_target": "answer",
-        "target_delimiter": "\n",
-        "metric_list": [{"metric": metric, "aggregation": "mean", "higher_is_better": True} for metric in TASK_METRICS],
-        "metadata": {"version": 1},
-    }
-
-
-def next_line_questions(
-    documents: Sequence[str], count: int, context_lines: int, choices: int, rng: random.Random
-) -> list[dict[str, JsonValue]]:
-    """`count` questions "which line comes next?": `context_lines` consecutive non-blank
-    lines of a document, its next line among `choices - 1` other lines of the documents,
-    in a random order. Places and distractors are drawn by `rng`, so a seed fixes the task."""
-    lines = [[line.rstrip() for line in document.splitlines() if line.strip()] for document in documents]
-    places = [(index, end) for index, found in enumerate(lines) for end in range(context_lines, len(found))]
-    pool = sorted({line for found in lines for line in found})
-    if len(places) < count:
-        raise StepFailed(
-            f"the documents have {len(places)} places for a question of {context_lines} lines of context, "
-            f"fewer than the {count} asked for: ask for fewer, or give more data"
-        )
-    if len(pool) < choices:
-        raise StepFailed(f"the documents have {len(pool)} distinct lines, fewer than the {choices} choices asked for")
-    questions = []
-    for index, end in rng.sample(places, count):
-        answer = lines[index][end]
-        options = [answer, *rng.sample([line for line in pool if line != answer], choices - 1)]
-        rng.shuffle(options)
-        context = "\n".join(lines[index][end - context_lines : end])
-        questions.append({"context": context, "choices": options, "answer": options.index(answer)})
-    return questions
-
-
-def _write_jsonl(path: Path, rows: Sequence[Mapping[str, JsonValue]]) -> None:
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-
 
 def _mc_task(ctx: Context) -> None:
-    import yaml
+    from rules.evals.mc_task import mc_task as make
 
-    attrs = ctx.attrs
-    root = corpus_root(ctx.files(attrs["data"]))
-    rng = random.Random(attrs["seed"])
-    shape = (attrs["context_lines"], attrs["choices"])
-    test = next_line_questions(list(read_split(root, "validation")), attrs["questions"], *shape, rng)
-    train = next_line_questions(list(read_split(root, "train")), attrs["fewshot_examples"], *shape, rng)
-    _write_jsonl(ctx.out / SPLIT_FILES["test"], test)
-    _write_jsonl(ctx.out / SPLIT_FILES["train"], train)
-    name = ctx.label.rpartition(":")[2]
-    (ctx.out / TASK_FILE).write_text(yaml.safe_dump(task_config(name), sort_keys=False))
-    summary = {"task": name, "questions": {"test": len(test), "train": len(train)}, "choices": attrs["choices"]}
-    (ctx.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    ctx.log.info("task %s: %s", name, summary)
+    make(ctx)
 
 
 def _validate_mc_task(attrs: Mapping[str, JsonValue]) -> None:
@@ -126,15 +52,14 @@ def _validate_mc_task(attrs: Mapping[str, JsonValue]) -> None:
 
 
 def _mc_task_headline(out: Path) -> str | None:
-    try:
-        summary = json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    questions = summary["questions"]
-    return (
-        f"task {summary['task']}: {questions['test']} questions of {summary['choices']} choices, "
-        f"{questions['train']} few-shot examples ({TASK_FILE}, {', '.join(SPLIT_FILES.values())})"
-    )
+    def describe(summary: Mapping[str, Any]) -> str:
+        questions = summary["questions"]
+        return (
+            f"task {summary['task']}: {questions['test']} questions of {summary['choices']} choices, "
+            f"{questions['train']} few-shot examples ({TASK_FILE}, {', '.join(SPLIT_FILES.values())})"
+        )
+
+    return json_headline(out / SUMMARY, describe)
 
 
 mc_task = Rule(
@@ -154,6 +79,7 @@ mc_task = Rule(
         "seed": Attr(types.INT, default=0, doc="Fixes the places and distractors drawn."),
     },
     packages=("pyyaml",),
+    code_modules=("rules.evals.mc_task",),
 )
 
 
@@ -173,7 +99,7 @@ def _normalize_tasks(value: JsonValue, package: str) -> JsonValue:
         if not isinstance(item, dict) or set(item) != {"task", "data"}:
             raise ValueError(f"expected {_TASKS_HINT}, got {item!r}")
         name = item["task"]
-        if not isinstance(name, str) or not _TASK_NAME.fullmatch(name):
+        if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not an lm-eval task name (such as 'arc_easy')")
         tasks.append({"task": name, "data": absolute_label(item["data"], package)})
     shown = [json.dumps(task, sort_keys=True) for task in tasks]
@@ -206,30 +132,31 @@ def _validate_eval_harness(attrs: Mapping[str, JsonValue]) -> None:
 
 
 def _eval_harness(ctx: Context) -> None:
-    from rules import levanter_harness
+    from rules.evals.eval_harness import TaskSource, evaluate
 
     model, step = ctx.attrs["model"], ctx.attrs["step"]
     tasks = [
-        levanter_harness.TaskSource(task, ctx.url(task))
+        TaskSource(task, ctx.url(task))
         if isinstance(task, str)
-        else levanter_harness.TaskSource(task["data"], ctx.url(task["data"]), task["task"])
+        else TaskSource(task["data"], ctx.url(task["data"]), task["task"])
         for task in ctx.attrs["tasks"]
     ]
     where = ctx.url(model if step is None else checkpoint_name(model, step))
-    metrics = levanter_harness.evaluate(where, model, tasks, ctx.attrs, ctx.tmp)
+    metrics = evaluate(where, model, tasks, ctx.attrs, ctx.tmp)
     (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
     ctx.log.info("metrics: %s", metrics)
 
 
 def _eval_harness_headline(out: Path) -> str | None:
-    try:
-        metrics = json.loads((out / METRICS).read_text())
-    except (OSError, ValueError):
-        return None
-    shown = ", ".join(f"{name} {metrics[name]:.3f}" for name in TASK_METRICS if isinstance(metrics.get(name), float))
-    tasks = metrics.get("tasks")
-    over = f"{tasks} task{'' if tasks == 1 else 's'}, {metrics.get('samples')} questions"
-    return f"{shown or 'no acc'} ({'' if tasks == 1 else 'mean over '}{over}; {METRICS})"
+    def describe(metrics: Mapping[str, Any]) -> str:
+        shown = ", ".join(
+            f"{name} {metrics[name]:.3f}" for name in TASK_METRICS if isinstance(metrics.get(name), float)
+        )
+        tasks = metrics.get("tasks")
+        over = f"{tasks} task{'' if tasks == 1 else 's'}, {metrics.get('samples')} questions"
+        return f"{shown or 'no acc'} ({'' if tasks == 1 else 'mean over '}{over}; {METRICS})"
+
+    return json_headline(out / METRICS, describe)
 
 
 def _evaluated(metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -273,7 +200,7 @@ eval_harness = Rule(
     reads_urls=True,
     packages=(*ML_PACKAGES, "lm_eval", "datasets", "transformers"),
     env=("HF_HUB_OFFLINE=1", "HF_DATASETS_OFFLINE=1", NO_TORCH),
-    code_modules=(*LEVANTER_MODULES, "rules.levanter_harness"),
+    code_modules=(*LEVANTER_MODULES, "rules.evals.eval_harness"),
     metrics_file=METRICS,
     step_inputs={"model": StepInput("step", "a train_lm target that keeps that step")},
 )

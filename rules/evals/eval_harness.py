@@ -1,5 +1,5 @@
-"""Levanter behind `eval_harness`: lm-evaluation-harness tasks on local data, the model
-loaded and run by Levanter's own `levanter.eval_harness`.
+"""`eval_harness`'s step: lm-evaluation-harness tasks on local data, the model loaded and
+run by Levanter's own `levanter.eval_harness`.
 
 Every task runs from a YAML file written for this run into a directory of its own, which
 lm-eval's `TaskManager` indexes (`include_path`): it includes the task's config (the
@@ -10,11 +10,11 @@ scratch. lm-eval's built-in tasks are indexed (some 20 s) only when a task is na
 What can be wrong with the input — an unknown task name, a target that holds no task,
 a data file that is not there — fails the step with one line, before or while lm-eval
 loads the tasks, never with a traceback from inside it.
-
-Imported only by a running step (it imports jax, Levanter and lm-eval).
 """
 
 from __future__ import annotations
+
+import rules.common.levanter.environment  # noqa: F401  (first: offline, before Levanter)
 
 import contextlib
 import dataclasses
@@ -33,9 +33,11 @@ from lm_eval import tasks as lm_eval_tasks
 from lm_eval.utils import load_yaml_config
 
 from marinbuild.targets.context import StepFailed
-from rules.eval_harness import TASK_FILE, TASK_METRICS
-from rules.hf_format import CONFIG, check_checkpoint
-from rules.levanter_lm import MODEL_FILE, TOKENIZER_DIR, local_copy, model_config, trainer_config
+from rules.common.hf_format import CONFIG, check_checkpoint
+from rules.common.levanter.configs import TrainerSettings, model_config, trainer_config
+from rules.common.levanter.data import local_copy
+from rules.common.training_files import CHECKPOINT, METRICS, MODEL_FILE, TOKENIZER_DIR
+from rules.evals.constants import TASK_FILE, TASK_METRICS
 
 # The data files a named task's input may hold, by the `datasets` builder that reads them.
 DATA_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -98,7 +100,7 @@ def evaluate(
         checkpoint_path=model.checkpoint,
         checkpoint_is_hf=model.is_hf,
         model=model.config,
-        trainer=trainer_config(trainer, 0, None, tmp / "metrics.jsonl", tmp / "levanter-logs"),
+        trainer=trainer_config(TrainerSettings(trainer, tmp / METRICS, tmp / "levanter-logs")),
     )
     with contextlib.chdir(tmp):  # where Levanter writes lm_eval_harness_results.json
         outputs = levanter_eval_harness.run_eval_harness_main(config)
@@ -258,7 +260,7 @@ def _load_model(where: str, label: str, tmp: Path) -> _Model:
     if fs.exists(f"{root}/{MODEL_FILE}"):
         trained = json.loads(fs.cat_file(f"{root}/{MODEL_FILE}"))
         tokenizer = local_copy(f"{where}/{TOKENIZER_DIR}", tmp / "tokenizer")
-        return _Model(f"{where}/checkpoint", tokenizer, model_config(trained["model"], tokenizer, tmp), False)
+        return _Model(f"{where}/{CHECKPOINT}", tokenizer, model_config(trained["model"], tokenizer, tmp), False)
     if not fs.exists(f"{root}/{CONFIG}"):
         raise StepFailed(
             f"{label} is neither a trained model ({MODEL_FILE}, checkpoint/) nor a Hugging Face checkpoint ({CONFIG})"

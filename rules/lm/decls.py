@@ -1,11 +1,10 @@
-"""Language-model rules: `train_lm` and `eval_lm`, on Levanter (`export_hf` and `hf_model`,
-Hugging Face checkpoints out and in, are `rules/hf_checkpoints.py`).
+"""The language-model rules: `train_lm` and `eval_lm` on Levanter, and Hugging Face
+checkpoints out (`export_hf`) and in (`hf_model`).
 
-The rules are declared here, cheap to import; the schema of `model`, `optimizer` and
-`trainer`, with their defaults, is `rules/lm_config.py`; the Levanter side (configs,
-metrics, the runs) is `rules/levanter_lm.py`, imported only when a step runs. Macros
-for model and resource dicts (`llama_nano()`, `llama(...)`, `cpu()`, `gpu(...)`,
-`tpu(...)`) are in `rules/lm.star`.
+Declared here, cheap to import: the schema of `model`, `optimizer` and `trainer` is
+rules/common/lm_config.py; each step's code (train_lm.py, eval_lm.py, hf_model.py, and the
+Levanter runtime of rules/common/levanter/) is imported when it runs. The macros for
+model, resource and tracker dicts and for cooldowns are rules/lm/lm.star.
 """
 
 from __future__ import annotations
@@ -19,64 +18,21 @@ from typing import Any
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, AttrError, JsonValue
 from marinbuild.targets.context import Context
-from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule, StepInput, checkpoint_name
-from rules import lm_config
-from rules.hub import NO_TORCH
-from rules.training_resume import ReadScratch, resume_step
+from marinbuild.targets.rule import Execution, ReadScratch, Resources, RetryPolicy, Rule, StepInput, checkpoint_name
+from rules.common import lm_config
+from rules.common.headline import json_headline, summary_headline
+from rules.common.hub import ALLOW_UNPINNED, HUB_ENV, NO_TORCH, check_pinned
+from rules.common.training_files import SUMMARY, resume_step
+from rules.lm.constants import EVAL_METRICS, LEVANTER_MODULES, ML_PACKAGES, WANDB_ENV
 
-ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
-# The modules behind the rules that run Levanter (their digests are recorded in each entry).
-LEVANTER_MODULES = (
-    "rules.levanter_lm",
-    "rules.library_patches",
-    "rules.levanter_optim",
-    "rules.levanter_trackers",
-    "rules.lm_config",
-    "rules.hf_format",
-    "rules.training_resume",
-)
-# What Weights & Biases reads from the environment, passed to a training's steps (values of
-# names that look secret, WANDB_API_KEY, are not recorded in the attempt).
-WANDB_ENV = (
-    "WANDB_MODE",
-    "WANDB_API_KEY",
-    "WANDB_BASE_URL",
-    "WANDB_DIR",
-    "WANDB_PROJECT",
-    "WANDB_ENTITY",
-    "WANDB_CONFIG_DIR",
-    "WANDB_CACHE_DIR",
-    "WANDB_DATA_DIR",
-    "WANDB_SILENT",
-    "WANDB_CONSOLE",
-)
 # The fields of `tracker = {"type": "wandb", ...}` (those of Levanter's WandbConfig).
 _WANDB_FIELDS = {"project": str, "entity": str, "name": str, "group": str, "tags": list, "mode": str}
 _WANDB_MODES = ("online", "offline", "disabled")
 
 
-class _Shown(dict):
-    """Values for a headline template: numbers to 3 decimals, '?' for what is missing."""
-
-    def __missing__(self, key: str) -> str:
-        return "?"
-
-
-def summary_headline(path: Path, template: str) -> str | None:
-    """A headline from a step's JSON summary: `template` filled with its values (None when
-    the file cannot be read)."""
-    try:
-        values = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return template.format_map(
-        _Shown({key: f"{value:.3f}" if isinstance(value, float) else value for key, value in values.items()})
-    )
-
-
 def _train_headline(out: Path) -> str | None:
     return summary_headline(
-        out / "summary.json",
+        out / SUMMARY,
         "eval loss {eval_loss} (at initialisation {initial_eval_loss}), {steps} steps, {tokens} tokens; "
         "model in checkpoint/ (export_hf for Hugging Face), metrics in metrics.jsonl",
     )
@@ -84,7 +40,7 @@ def _train_headline(out: Path) -> str | None:
 
 def _eval_headline(out: Path) -> str | None:
     return summary_headline(
-        out / "metrics.json", "eval loss {loss}, {bpb} bits/byte, perplexity {perplexity} (metrics.json)"
+        out / EVAL_METRICS, "eval loss {loss}, {bpb} bits/byte, perplexity {perplexity} (metrics.json)"
     )
 
 
@@ -100,7 +56,7 @@ def evaluated_by(overall: Mapping[str, Any], parts: Mapping[str, Mapping[str, An
 
 def _eval_evaluated(metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """eval_lm's metrics.json by data set: `sets` holds each set's numbers under its tag (the
-    target's name, levanter_lm.tokenized_sets), the top level those over all of them."""
+    target's name, `tokenized_sets` of the runtime), the top level those over all of them."""
     sets = metrics.get("sets")
     overall = {name: value for name, value in metrics.items() if name != "sets"}
     return evaluated_by(overall, sets if isinstance(sets, dict) else {})
@@ -116,7 +72,7 @@ def check_schedule(attrs: Mapping[str, JsonValue]) -> None:
     """The learning-rate schedule of a training (train_lm, sft_lm) fits in its steps: the
     warmup and the decay together take no more than the run, and a cosine decay at least
     one step (Levanter fails on it in the worker otherwise). The ranges of each field were
-    checked by the schema (rules/lm_ranges.py); the parts of a run in cycles are parts of
+    checked by the schema (rules/common/ranges.py); the parts of a run in cycles are parts of
     each cycle, left to Levanter."""
     optimizer, steps = attrs["optimizer"], attrs["trainer"]["steps"]
     if optimizer["cycles"] is not None or optimizer["cycle_length"] is not None:
@@ -136,7 +92,7 @@ def check_schedule(attrs: Mapping[str, JsonValue]) -> None:
 
 
 def _validate_train(attrs: Mapping[str, JsonValue]) -> None:
-    """Checks across fields; their names and types were checked against rules/lm_config.py."""
+    """Checks across fields; their names and types were checked against the schema."""
     check_schedule(attrs)
     lm_config.check_model(attrs["model"])
     _validate_tracker(attrs["tracker"])
@@ -187,7 +143,7 @@ def _check_continuation(attrs: Mapping[str, JsonValue], base: Mapping[str, JsonV
         if mine != theirs:
             raise AttrError(
                 f"{group}: {name} is {mine!r} here but {theirs!r} in init_from's run, whose checkpoint it continues",
-                hint=f"give it the same {name}; the wsd_cooldowns macro of //rules:lm.star does",
+                hint=f"give it the same {name}; the wsd_cooldowns macro of //rules/lm:lm.star does",
             )
 
 
@@ -212,7 +168,7 @@ def _validate_tracker(tracker: JsonValue) -> None:
 
 def resume_point(files: Sequence[str], read: ReadScratch) -> str | None:
     """Where a training would resume, in words, given its scratch space's files and `read`
-    of one: the checkpoint `resume_step` picks, the one the run restores (rules/training_resume.py)."""
+    of one: the checkpoint `resume_step` picks, the one the run restores (rules/common/training_files.py)."""
     step = resume_step(files, read)
     return None if step is None else f"the checkpoint at step {step}"
 
@@ -235,7 +191,7 @@ TRAINING_RUN: dict[str, Any] = {
     "reads_urls": True,
     # A preempted or killed run resumes from its checkpoints in the key's scratch.
     "retry": RetryPolicy(worker_lost=10),
-    "metrics_file": "summary.json",
+    "metrics_file": SUMMARY,
     "resume_point": resume_point,
     # Bit-identical on CPU with a fixed seed, but not promised across machines and XLA versions.
     "check_metrics": {
@@ -254,27 +210,24 @@ def _train_lm(ctx: Context) -> None:
     from marinbuild.cluster.distributed import initialize_jax
 
     initialize_jax(ctx.distributed)  # one process per host of a multi-host run: before JAX starts
-    from rules import levanter_lm
+    from rules.common.levanter.training import Places, RunInfo
+    from rules.lm.train_lm import TrainRequest, train
 
     ctx.log.info("training; checkpoints in %s", ctx.scratch)
     mixture = ctx.attrs["data"]
-    data = {label: ctx.url(label) for label in ([mixture] if isinstance(mixture, str) else mixture)}
     init_from, init_step = ctx.attrs["init_from"], ctx.attrs["init_step"]
-    init = None if init_from is None else ctx.url(checkpoint_name(init_from, init_step))
-    init_hf = None if ctx.attrs["init_from_hf"] is None else ctx.url(ctx.attrs["init_from_hf"])
-    run = levanter_lm.RunInfo(ctx.label, ctx.key, ctx.progress, ctx.log)
-    trained = levanter_lm.train(
-        ctx.attrs,
-        data,
-        ctx.out,
-        ctx.scratch,
-        ctx.tmp,
-        ctx.distributed is not None,
-        run,
-        started,
-        init,
-        ctx.publish_checkpoint,
-        init_hf,
+    trained = train(
+        TrainRequest(
+            attrs=ctx.attrs,
+            data={label: ctx.url(label) for label in ([mixture] if isinstance(mixture, str) else mixture)},
+            places=Places(ctx.out, ctx.scratch, ctx.tmp),
+            run=RunInfo(ctx.label, ctx.key, ctx.progress, ctx.log),
+            distributed=ctx.distributed is not None,
+            started=started,
+            init=None if init_from is None else ctx.url(checkpoint_name(init_from, init_step)),
+            init_hf=None if ctx.attrs["init_from_hf"] is None else ctx.url(ctx.attrs["init_from_hf"]),
+            publish=ctx.publish_checkpoint,
+        )
     )
     ctx.measure(**trained.measured)
     ctx.log.info("summary: %s; this attempt: %s", trained.summary, trained.measured)
@@ -293,11 +246,10 @@ train_lm = Rule(
     "metrics.jsonl, summary.json.",
     attrs={
         "data": Attr(types.MIXTURE, doc="A tokenize target, or a mixture {label: weight} of them."),
-        # Checked and completed with their defaults at load time (rules/lm_config.py).
         "model": Attr(
             lm_config.MODEL,
             doc="A model family's config fields (LlamaConfig's without a family field), e.g. llama_nano() or "
-            "mixtral(...) from //rules:lm.star.",
+            "mixtral(...) from //rules/lm:lm.star.",
         ),
         **TRAINING_ATTRS,
         # Left out of the key while unset, so that outputs trained before they existed keep theirs.
@@ -330,7 +282,7 @@ train_lm = Rule(
             default=None,
             identity=False,
             doc='None (the metrics file only), "wandb", or {"type": "wandb", "project": ..., "entity": ..., '
-            '"mode": "offline", ...}: wandb(...) from //rules:lm.star.',
+            '"mode": "offline", ...}: wandb(...) from //rules/lm:lm.star.',
         ),
     },
     validate=_validate_train,
@@ -339,7 +291,7 @@ train_lm = Rule(
     multi_host=True,
     packages=ML_PACKAGES,
     env=(*WANDB_ENV, NO_TORCH),
-    code_modules=LEVANTER_MODULES,
+    code_modules=(*LEVANTER_MODULES, "rules.lm.train_lm"),
     keeps_checkpoints="keep_checkpoints",
     step_inputs={"init_from": StepInput("init_step", "a train_lm target that keeps that step", _check_continuation)},
 )
@@ -358,13 +310,13 @@ def _validate_eval(attrs: Mapping[str, JsonValue]) -> None:
 
 
 def _eval_lm(ctx: Context) -> None:
-    from rules import levanter_lm
+    from rules.lm.eval_lm import evaluate
 
     model, step = ctx.attrs["model"], ctx.attrs["step"]
     data = {label: ctx.url(label) for label in ctx.attrs["data"]}
     where = ctx.url(model if step is None else checkpoint_name(model, step))
-    metrics = levanter_lm.evaluate(where, data, ctx.attrs, ctx.tmp)
-    (ctx.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    metrics = evaluate(where, data, ctx.attrs, ctx.tmp)
+    (ctx.out / EVAL_METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
     ctx.log.info("metrics: %s", metrics)
 
 
@@ -394,7 +346,104 @@ eval_lm = Rule(
     reads_urls=True,
     packages=ML_PACKAGES,
     env=(NO_TORCH,),
-    code_modules=LEVANTER_MODULES,
-    metrics_file="metrics.json",
+    code_modules=(*LEVANTER_MODULES, "rules.lm.eval_lm"),
+    metrics_file=EVAL_METRICS,
     step_inputs={"model": StepInput("step", "a train_lm target that keeps that step")},
+)
+
+
+# -- Hugging Face checkpoints out and in -----------------------------------------------------
+
+
+def _export_hf(ctx: Context) -> None:
+    from rules.common.levanter.hf_export import export
+
+    model, step = ctx.attrs["model"], ctx.attrs["step"]
+    export(ctx.url(model if step is None else checkpoint_name(model, step)), ctx.out, ctx.tmp)
+
+
+def _export_headline(out: Path) -> str | None:
+    return "a Hugging Face checkpoint: config.json, model.safetensors, the tokenizer (AutoModelForCausalLM)"
+
+
+export_hf = Rule(
+    name="export_hf",
+    impl=_export_hf,
+    doc="A train_lm model (its last step, or a step it keeps) as a Hugging Face checkpoint: config.json, "
+    "model.safetensors and the tokenizer, which transformers loads offline.",
+    headline=_export_headline,
+    validate=check_kept_step,
+    attrs={
+        "model": Attr(types.LABEL, doc="A train_lm target."),
+        "step": Attr(
+            types.INT,
+            default=None,
+            doc="None: the model's last step; else a step it keeps (keep_checkpoints), exported once written.",
+        ),
+    },
+    execution=Execution.SUBPROCESS,
+    resources=Resources(cpu=1, memory_gb=4),
+    reads_urls=True,
+    packages=(*ML_PACKAGES, "transformers", "safetensors"),
+    env=(NO_TORCH,),
+    code_modules=LEVANTER_MODULES,
+    step_inputs={"model": StepInput("step", "a train_lm target that keeps that step")},
+)
+
+
+def _hf_model(ctx: Context) -> None:
+    from rules.lm.hf_model import copy_checkpoint
+
+    copy_checkpoint(ctx)
+
+
+def _validate_hf_model(attrs: Mapping[str, JsonValue]) -> None:
+    if (attrs["hub"] is None) == (attrs["dir"] is None):
+        raise ValueError("give exactly one of hub (with revision) and dir")
+    if attrs["hub"] is not None and attrs["revision"] is None:
+        raise ValueError("a Hub checkpoint needs revision: the 40-hex commit id to use")
+    if attrs["hub"] is None and attrs["revision"] is not None:
+        raise ValueError("revision goes with hub; a dir checkpoint is identified by its files' digests")
+    if attrs["family"] not in lm_config.FAMILIES:
+        raise ValueError(
+            f"family must be one of {list(lm_config.FAMILIES)} (the families train_lm trains), got {attrs['family']!r}"
+        )
+    check_pinned(attrs)
+
+
+def _hf_model_headline(out: Path) -> str | None:
+    return json_headline(
+        out / SUMMARY,
+        lambda summary: f"a {summary['family']} checkpoint in Hugging Face format ({', '.join(summary['files'])})",
+    )
+
+
+hf_model = Rule(
+    name="hf_model",
+    impl=_hf_model,
+    doc="A checkpoint in Hugging Face format as an input: from the Hub at a pinned commit, or from a target "
+    "holding one (export_hf, a filegroup); checked (config.json of the family, tokenizer.json, safetensors "
+    "weights whole and of the shapes config.json implies) and copied as it is, with summary.json.",
+    headline=_hf_model_headline,
+    validate=_validate_hf_model,
+    attrs={
+        "hub": Attr(types.STRING, default=None, doc="'org/name' of a model repository on the Hub."),
+        "revision": Attr(types.STRING, default=None, doc="A 40-hex commit id (a branch needs allow_unpinned)."),
+        "dir": Attr(types.OPTIONAL_LABEL, default=None, doc="A target or filegroup holding a checkpoint directory."),
+        "family": Attr(
+            types.STRING,
+            default="llama",
+            doc="Its model family (llama, mixtral, qwen, olmo2), whose Hugging Face model_type its config.json "
+            "must say (qwen: qwen2).",
+        ),
+        "allow_unpinned": ALLOW_UNPINNED,
+    },
+    # 2: safetensors headers, index and shapes checked before publishing (issue #35): a
+    # checkpoint cached before is checked again; one that passes gives the same bytes, so
+    # nothing downstream reruns (early cutoff).
+    version=2,
+    execution=Execution.SUBPROCESS,
+    env=HUB_ENV,
+    packages=("huggingface_hub",),
+    code_modules=("rules.common.hf_format", "rules.lm.hf_model"),
 )

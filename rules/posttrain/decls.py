@@ -1,17 +1,15 @@
-"""`sft_lm`: supervised fine-tuning of a language model on chat data, on Levanter.
+"""The post-training rules: `chat_data`, a small chat set made offline, and `sft_lm`,
+supervised fine-tuning of a language model on chat data, on Levanter.
 
-The model is a checkpoint in Hugging Face format (`hf_model`, `export_hf`) or a trained
-model (`train_lm`, another `sft_lm`, exported first, in the step, by `export_hf`'s code);
-the data a chat set (`rules/chat_data.py`). The chat template renders each conversation
-as text and marks the assistant's part with `{% generation %}...{% endgeneration %}`:
-only those tokens count in the loss (Levanter's chat format, `mask_user_turns`). With
-`lora`, only low-rank adapters of the linear layers train (Levanter's `lora_lm`), and the
-output holds the merged weights. Either way the output is a training's
-(`rules/levanter_lm.py`'s `run_training`, as train_lm's): eval_lm and export_hf read it,
-`marinbuild compare` shows it beside the model it started from.
+sft_lm's model is a checkpoint in Hugging Face format (`hf_model`, `export_hf`) or a
+trained model (`train_lm`, another `sft_lm`, exported first, in the step, by export_hf's
+code); its data a chat set (rules/posttrain/constants.py). Only the tokens the chat
+template marks as the assistant's count in the loss. With `lora`, only low-rank adapters
+of the linear layers train (Levanter's `lora_lm`), and the output holds the merged
+weights. Either way the output is a training's, as train_lm's: eval_lm and export_hf read
+it, `marinbuild compare` shows it beside the model it started from.
 
-Declared here, cheap to import; the Levanter side is `rules/levanter_sft.py`, imported
-only when a step runs.
+Declared here, cheap to import; the steps are chat_data.py and sft_lm.py.
 """
 
 from __future__ import annotations
@@ -24,22 +22,62 @@ from pathlib import Path
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, AttrType, Field, JsonValue, struct
 from marinbuild.targets.context import Context
-from marinbuild.targets.rule import Rule
-from rules.hub import NO_TORCH
-from rules.lm import LEVANTER_MODULES, ML_PACKAGES, TRAINING_ATTRS, TRAINING_RUN, check_schedule, summary_headline
-from rules.lm_ranges import check_attrs, ranged
+from marinbuild.targets.rule import Execution, Rule
+from rules.common.corpus import CORPUS_ATTRS, check_corpus_attrs
+from rules.common.headline import summary_headline
+from rules.common.hub import NO_TORCH
+from rules.common.ranges import check_attrs, ranged
+from rules.common.stdlib import PYTHON_VERSION, check_python_version, stdlib_inputs
+from rules.common.training_files import SUMMARY
+from rules.lm.constants import LEVANTER_MODULES, ML_PACKAGES
+from rules.lm.decls import TRAINING_ATTRS, TRAINING_RUN, check_schedule
+from rules.posttrain.constants import DEFAULT_CHAT_TEMPLATE, GENERATION_TAG, SHORTENED
 
-# Each conversation as `role:` lines, the assistant's part (its content and the end of
-# sequence token, so that the model learns to stop) between generation tags. A newline
-# before each content keeps the tokens of the prompt and of the answer apart.
-DEFAULT_CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}{{ message['role'] }}:\n"
-    "{% if message['role'] == 'assistant' %}"
-    "{% generation %}{{ message['content'] }}{{ eos_token }}{% endgeneration %}"
-    "{% else %}{{ message['content'] }}\n{% endif %}{% endfor %}"
+# -- chat_data ------------------------------------------------------------------------------
+
+
+def _chat_data(ctx: Context) -> None:
+    from rules.posttrain.chat_data import chat_data as make
+
+    make(ctx)
+
+
+def _check_chat_data(attrs: Mapping[str, JsonValue]) -> None:
+    check_python_version(attrs)
+    if attrs["answer_characters"] < 2 * len(SHORTENED):
+        raise ValueError(f"answer_characters must be at least {2 * len(SHORTENED)}, got {attrs['answer_characters']}")
+    if attrs["follow_ups"] < 0:
+        raise ValueError(f"follow_ups must be 0 or more, got {attrs['follow_ups']}")
+    check_corpus_attrs(attrs)
+
+
+chat_data = Rule(
+    name="chat_data",
+    impl=_chat_data,
+    external_inputs=stdlib_inputs,
+    execution=Execution.SUBPROCESS,
+    code_modules=("rules.posttrain.chat_data",),
+    validate=_check_chat_data,
+    doc=(
+        "A chat set made offline from the running interpreter's standard library: a conversation per "
+        "documented public function or class ('What does the function json.dumps do?', answered by its "
+        "docstring's first paragraph), a class's going on to follow_ups of its methods. Output: train/ "
+        "and validation/ JSONL shards of {'messages': [{'role': ..., 'content': ...}, ...]} lines and "
+        "summary.json; sft_lm fine-tunes on it."
+    ),
+    attrs={
+        "answer_characters": Attr(
+            types.INT, default=300, doc="The longest answer: a docstring's first paragraph, shortened at a word."
+        ),
+        "follow_ups": Attr(types.INT, default=2, doc="Questions about a class's methods after the class's own."),
+        "system": Attr(types.STRING, default=None, doc="A system message that starts every conversation, if any."),
+        "python_version": PYTHON_VERSION,
+        **CORPUS_ATTRS,
+    },
 )
-# How transformers (and Levanter) find the assistant's part of a template.
-GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+# -- sft_lm ---------------------------------------------------------------------------------
 
 # The linear layers of a Llama block, as Levanter names their paths: LoRA's default
 # targets. Levanter's own default (every linear layer) takes in the output head too, which
@@ -105,7 +143,7 @@ def _validate_sft(attrs: Mapping[str, JsonValue]) -> None:
 
 def _sft_headline(out: Path) -> str | None:
     return summary_headline(
-        out / "summary.json",
+        out / SUMMARY,
         "eval loss {eval_loss} on the assistant's tokens (after the first step {initial_eval_loss}), "
         "{steps} steps; model in checkpoint/ (export_hf for Hugging Face), metrics in metrics.jsonl",
     )
@@ -113,18 +151,19 @@ def _sft_headline(out: Path) -> str | None:
 
 def _sft_lm(ctx: Context) -> None:
     started = time.time()
-    from rules import levanter_sft
+    from rules.common.levanter.training import Places, RunInfo
+    from rules.posttrain.sft_lm import FineTuneRequest, fine_tune
 
     ctx.log.info("fine-tuning; checkpoints in %s", ctx.scratch)
-    trained = levanter_sft.fine_tune(
-        ctx.attrs,
-        ctx.url(ctx.attrs["model"]),
-        {ctx.attrs["data"]: ctx.url(ctx.attrs["data"])},
-        ctx.out,
-        ctx.scratch,
-        ctx.tmp,
-        levanter_sft.RunInfo(ctx.label, ctx.key, ctx.progress, ctx.log),
-        started,
+    trained = fine_tune(
+        FineTuneRequest(
+            attrs=ctx.attrs,
+            model=ctx.url(ctx.attrs["model"]),
+            data={ctx.attrs["data"]: ctx.url(ctx.attrs["data"])},
+            places=Places(ctx.out, ctx.scratch, ctx.tmp),
+            run=RunInfo(ctx.label, ctx.key, ctx.progress, ctx.log),
+            started=started,
+        )
     )
     ctx.measure(**trained.measured)
     ctx.log.info("summary: %s; this attempt: %s", trained.summary, trained.measured)
@@ -153,7 +192,7 @@ sft_lm = Rule(
             LORA,
             default=None,
             doc="None: every weight trains; else {r, alpha, dropout, target_modules} (lora(...) from "
-            "//rules:lm.star): low-rank adapters train, merged into the weights of the output.",
+            "//rules/lm:lm.star): low-rank adapters train, merged into the weights of the output.",
         ),
         "seq_len": Attr(
             types.INT,
@@ -167,5 +206,5 @@ sft_lm = Rule(
     **TRAINING_RUN,
     packages=(*ML_PACKAGES, "transformers", "safetensors"),
     env=(NO_TORCH,),
-    code_modules=(*LEVANTER_MODULES, "rules.levanter_sft", "rules.chat_data"),
+    code_modules=(*LEVANTER_MODULES, "rules.posttrain.sft_lm", "rules.posttrain.constants"),
 )

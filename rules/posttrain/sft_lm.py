@@ -1,8 +1,8 @@
-"""Levanter behind `sft_lm`: the base checkpoint, the chat caches, and the fine-tuning run.
+"""`sft_lm`'s step on Levanter: the base checkpoint, the chat caches, and the fine-tuning run.
 
 The run is Levanter's own: `levanter.main.train_lm` from the base's Hugging Face weights
 (`initialize_from_hf`) on data in Levanter's chat format, or `levanter.main.lora_lm` with
-LoRA; both through `levanter_lm.run_training`, as train_lm, so metrics, checkpoints and
+LoRA; both through the runtime's `run_training`, as train_lm, so metrics, checkpoints and
 resuming after a kill are train_lm's. The base is of any family train_lm trains (its
 config.json's `model_type` says which, and that family's Levanter converter reads it):
 Levanter's entry points start from each as from a Llama. The chat format renders each
@@ -14,18 +14,19 @@ predicts is the assistant's), so no token of a prompt ever counts in the loss.
 The chat caches are written here rather than by Levanter, with the processor Levanter
 reads them with (`preprocessor_for_format`), so that every line is checked first and a
 bad one fails the step with one line naming it (not a traceback from a cache-building
-thread), and so that no Ray instance starts (as `tokenize` does: `rules/token_caches.py`).
+thread), and so that no Ray instance starts (as `tokenize` does: `rules/tokenize/tokenize.py`).
 They are written once per key into its scratch space, which a resumed attempt reuses.
-
-This module imports jax and Levanter: only a running step imports it.
 """
 
 from __future__ import annotations
+
+import rules.common.levanter.environment  # noqa: F401  (first: offline, before Levanter)
 
 import dataclasses
 import enum
 import json
 import shutil
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,30 +48,18 @@ from levanter.utils.jax_utils import local_cpu_mesh
 from transformers import AutoConfig, AutoTokenizer
 
 from marinbuild.targets.context import StepFailed
-from rules import lm_config
-from rules.chat_data import MESSAGES, chat_problem
-from rules.corpus_shards import json_lines
-from rules.hf_format import CONFIG, check_checkpoint
-from rules.levanter_lm import (
-    CONFIG_CLASSES,
-    MODEL_FILE,
-    SPLITS,
-    RunInfo,
-    Trained,
-    architecture_differences,
-    data_config,
-    export,
-    fix_checkpoint_timestamp,
-    launch_train_lm,
-    local_copy,
-    model_config,
-    optimizer_config,
-    run_trainer_config,
-    run_training,
-)
-from rules.library_patches import converter_for_every_checkpoint, router_metrics
-from rules.sft import GENERATION_TAG
-from rules.tokenizer import TOKENIZER_FILES
+from rules.common import lm_config
+from rules.common.corpus import SPLITS, json_lines
+from rules.common.hf_format import CONFIG, check_checkpoint
+from rules.common.levanter.configs import CONFIG_CLASSES, model_config, optimizer_config, trainer_config
+from rules.common.levanter.data import data_config, local_copy
+from rules.common.levanter.hf_export import architecture_differences, export
+from rules.common.levanter.kept_states import fix_checkpoint_timestamp
+from rules.common.levanter.library_patches import converter_for_every_checkpoint, router_metrics
+from rules.common.levanter.training import Places, RunInfo, Trained, Training, in_scratch, launch_train_lm, run_training
+from rules.common.training_files import CHECKPOINT, MODEL_FILE
+from rules.posttrain.constants import GENERATION_TAG, MESSAGES, chat_problem
+from rules.tokenize.constants import TOKENIZER_FILES
 
 # The tokenizer's files that go into the output's tokenizer/ (config.json is the model's).
 _TOKENIZER_FILES = [name for name in TOKENIZER_FILES if name != "config.json"]
@@ -82,6 +71,20 @@ _BATCH = 256
 # next (the caches record it).
 _CHAT_CACHES = "chat-caches"
 _CHAT_TOKENIZER = "chat-tokenizer"
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTuneRequest:
+    """One sft_lm step: the target's `attrs`, where the base lies (`model`: a Hugging Face
+    checkpoint, or a train_lm/sft_lm output), where the chat set lies (`data`: {label:
+    location}), where it works, and, with `run`, where its progress lines go."""
+
+    attrs: Mapping[str, Any]
+    model: str
+    data: Mapping[str, str]
+    places: Places
+    run: RunInfo | None = None
+    started: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,21 +102,21 @@ class FineTuning:
     merge: Callable[[Path], None] | None
 
 
-def fine_tuning(
-    attrs: Mapping[str, Any], model: str, data: Mapping[str, str], scratch: Path, tmp: Path, run: RunInfo | None = None
-) -> FineTuning:
-    """The fine-tuning run of an `sft_lm` target, its checkpoints and chat caches in
-    `scratch`: the base in Hugging Face format, its chat tokenizer, the chat caches (every
-    line checked), and Levanter's config. `model` is where the base lies (a Hugging Face
-    checkpoint, or a train_lm/sft_lm output), `data` maps the chat set's label to where it
-    lies (directories or store URLs)."""
-    attrs = {**attrs, **{kind: lm_config.resolve(kind, attrs[kind]) for kind in ("optimizer", "trainer")}}
-    base, family = _hf_base(model, tmp)
+def fine_tuning(request: FineTuneRequest) -> FineTuning:
+    """The fine-tuning run of the request, its checkpoints and chat caches in the scratch
+    space: the base in Hugging Face format, its chat tokenizer, the chat caches (every line
+    checked), and Levanter's config."""
+    scratch, tmp = request.places.scratch, request.places.tmp
+    attrs = {
+        **request.attrs,
+        **{kind: lm_config.resolve(kind, request.attrs[kind]) for kind in ("optimizer", "trainer")},
+    }
+    base, family = _hf_base(request.model, tmp)
     tokenizer, template = _chat_tokenizer(base, attrs["chat_template"], scratch / _CHAT_TOKENIZER)
     fields = _model_fields(base, family, attrs["seq_len"], tokenizer, tmp)
     chat_format = ChatLmDatasetFormat(messages_field=MESSAGES, chat_template=template, mask_user_turns=True)
-    caches = chat_caches(data, tokenizer, chat_format, fields["seq_len"], scratch / _CHAT_CACHES, run)
-    trainer = run_trainer_config(attrs["trainer"], attrs["seed"], scratch, tmp, run)
+    caches = chat_caches(request.data, tokenizer, chat_format, fields["seq_len"], scratch / _CHAT_CACHES, request.run)
+    trainer = trainer_config(in_scratch(attrs["trainer"], attrs["seed"], request.places, request.run))
     dataset = data_config(caches, {tag: 1.0 for tag in caches}, tokenizer, chat_format)
     levanter_model = model_config(fields, tokenizer, tmp)
     optimizer = optimizer_config(attrs["optimizer"])
@@ -143,32 +146,24 @@ def fine_tuning(
     )
 
 
-def fine_tune(
-    attrs: Mapping[str, Any],
-    model: str,
-    data: Mapping[str, str],
-    out: Path,
-    scratch: Path,
-    tmp: Path,
-    run: RunInfo,
-    started: float,
-) -> Trained:
-    """Fine-tune (or resume) into `scratch`, then write the outputs of `sft_lm` into `out`
-    (a LoRA run's checkpoint the merged model)."""
-    prepared = fine_tuning(attrs, model, data, scratch, tmp, run)
+def fine_tune(request: FineTuneRequest) -> Trained:
+    """Fine-tune (or resume) into the scratch space, then write the outputs of `sft_lm` (a
+    LoRA run's checkpoint the merged model)."""
+    started = request.started or time.time()
+    prepared = fine_tuning(request)
     trained = run_training(
-        prepared.config,
-        prepared.launch,
-        prepared.recorded,
-        prepared.tokenizer,
-        out,
-        scratch,
-        tmp,
-        started,
-        log=run.log,
+        Training(
+            config=prepared.config,
+            launch=prepared.launch,
+            recorded=prepared.recorded,
+            tokenizer=prepared.tokenizer,
+            places=request.places,
+            started=started,
+            log=None if request.run is None else request.run.log,
+        )
     )
     if prepared.merge is not None:
-        prepared.merge(out / "checkpoint")
+        prepared.merge(request.places.out / CHECKPOINT)
     return trained
 
 
@@ -192,7 +187,7 @@ def _hf_base(model: str, tmp: Path) -> tuple[Path, lm_config.Family]:
 
 def _base_family(checkpoint: Path) -> lm_config.Family:
     """The family of a Hugging Face checkpoint, by the `model_type` of its config.json: one
-    of those train_lm trains (rules/lm_config.py), which Levanter's `train_lm` and `lora_lm`
+    of those train_lm trains (rules/common/lm_config.py), which Levanter's `train_lm` and `lora_lm`
     start from as they do from a Llama."""
     try:
         config = json.loads((checkpoint / CONFIG).read_text())
@@ -211,7 +206,7 @@ def _base_family(checkpoint: Path) -> lm_config.Family:
 def _model_fields(
     base: Path, family: lm_config.Family, seq_len: int | None, tokenizer: Path, tmp: Path
 ) -> dict[str, Any]:
-    """The base's architecture as train_lm's model fields (rules/lm_config.py), read from its
+    """The base's architecture as train_lm's model fields (rules/common/lm_config.py), read from its
     config.json by Levanter's converter (the family's `from_hf_config`; the fields it does
     not read keep their defaults, Levanter's own), with `seq_len` (None: the checkpoint's).
     What those fields cannot hold (another rope, a bias, a head size of its own) is
@@ -375,7 +370,7 @@ def _rendered(processor: Callable[[list[dict[str, Any]]], Any], batch: list[tupl
 
 def _lora_main(config: lora_lm.LoraLmConfig, converter: HFCheckpointConverter, model: HFCompatConfig) -> None:
     """Levanter's lora_lm, offline: it is given the converter of the base's own config
-    (rules/library_patches.py says why it cannot find one itself), and of a Mixtral
+    (rules/common/levanter/library_patches.py says why it cannot find one itself), and of a Mixtral
     (`model`) it logs the router's statistics as train_lm does, which also lets it
     differentiate the loss."""
     with converter_for_every_checkpoint(converter), router_metrics(model, lora_lm):

@@ -1,10 +1,10 @@
-"""Scaling-law rules: `fit_scaling_law`, over the runs of an isoFLOP sweep.
+"""The scaling-law rule: `fit_scaling_law`, over the runs of an isoFLOP sweep.
 
-The rule is declared here, cheap to import; the fit is `rules/scaling_fit.py` (plain
-Python floats, numpy's seeded generator for the bootstrap: the same bytes on any machine)
-and the plots `rules/scaling_plots.py` (matplotlib), imported only when the step runs.
-The macros that declare sweeps (`isoflop_sweep`, `optimal_runs`) are in `rules/scaling.star`;
-docs/delphi.md describes the method and `fit.json`.
+Declared here, cheap to import; the fit (fit.py, on runs.py, laws.py and arithmetic.py:
+plain Python floats and a seeded generator, the same bytes on any machine) and its plots
+(plots.py, matplotlib) are imported when the step runs. The macros that declare sweeps
+(`isoflop_sweep`, `optimal_runs`) are scaling.star; docs/delphi.md describes the method
+and `fit.json`.
 """
 
 from __future__ import annotations
@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, Rule
-from rules.lm_ranges import check_attrs
-
-FIT_FILE = "fit.json"
-ISOFLOPS_PLOT = "isoflops.png"
-SCALING_PLOT = "scaling.png"
+from rules.common.headline import json_headline
+from rules.common.ranges import check_attrs
+from rules.scaling.constants import FIT_FILE, ISOFLOPS_PLOT, SCALING_PLOT
 
 
 def _is_budget(value: JsonValue) -> bool:
@@ -44,11 +43,7 @@ def _validate(attrs: Mapping[str, JsonValue]) -> None:
     check_attrs("fit_scaling_law", attrs)
 
 
-def _headline(out: Path) -> str | None:
-    try:
-        fit = json.loads((out / FIT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+def _describe(fit: Mapping[str, Any]) -> str:
     alpha, low_high = fit["tokens_law"]["alpha"], fit["tokens_law"]["alpha_ci"]
     parts = [f"alpha {alpha:.3f}" + (f" [{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high else "")]
     parts += [
@@ -60,27 +55,30 @@ def _headline(out: Path) -> str | None:
     return "; ".join(parts) + f"; {FIT_FILE}, {ISOFLOPS_PLOT}, {SCALING_PLOT}"
 
 
+def _headline(out: Path) -> str | None:
+    return json_headline(out / FIT_FILE, _describe)
+
+
 def _fit(ctx: Context) -> None:
-    from rules import scaling_fit, scaling_plots
+    from rules.scaling import plots
+    from rules.scaling.fit import Settings, fit
+    from rules.scaling.runs import Run, read_run
 
-    def runs(attribute: str) -> list[scaling_fit.Run]:
-        return [
-            scaling_fit.read_run(label, ctx.inputs[label].root, budget)
-            for label, budget in ctx.attrs[attribute].items()
-        ]
+    def runs(attribute: str) -> list[Run]:
+        return [read_run(label, ctx.inputs[label].root, budget) for label, budget in ctx.attrs[attribute].items()]
 
-    settings = scaling_fit.Settings(
+    settings = Settings(
         huber_delta=ctx.attrs["huber_delta"],
         bootstrap=ctx.attrs["bootstrap"],
         noise_floor=ctx.attrs["noise_floor"],
         seed=ctx.attrs["seed"],
     )
-    fit = scaling_fit.fit(runs("runs"), runs("held_out"), ctx.attrs["target_budgets"], settings)
-    for warning in fit["warnings"]:
+    fitted = fit(runs("runs"), runs("held_out"), ctx.attrs["target_budgets"], settings)
+    for warning in fitted["warnings"]:
         ctx.log.warning("%s", warning)
-    (ctx.out / FIT_FILE).write_text(json.dumps(fit, indent=2) + "\n")
-    scaling_plots.isoflops(fit, ctx.out / ISOFLOPS_PLOT)
-    scaling_plots.scaling(fit, ctx.out / SCALING_PLOT)
+    (ctx.out / FIT_FILE).write_text(json.dumps(fitted, indent=2) + "\n")
+    plots.isoflops(fitted, ctx.out / ISOFLOPS_PLOT)
+    plots.scaling(fitted, ctx.out / SCALING_PLOT)
     ctx.log.info("%s", _headline(ctx.out))
 
 
@@ -119,5 +117,11 @@ fit_scaling_law = Rule(
     resources=Resources(cpu=1, memory_gb=1),
     packages=("numpy", "matplotlib"),
     # The fit and the plots are the step's implementation: their source counts in its code digest.
-    code_modules=("rules.scaling_fit", "rules.scaling_plots"),
+    code_modules=(
+        "rules.scaling.fit",
+        "rules.scaling.laws",
+        "rules.scaling.runs",
+        "rules.scaling.arithmetic",
+        "rules.scaling.plots",
+    ),
 )

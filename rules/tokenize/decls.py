@@ -1,101 +1,30 @@
-"""Tokenizer rules: train a byte-level BPE tokenizer, or bring one from the Hub or a directory.
+"""The tokenizer rules: train a byte-level BPE tokenizer (`bpe_tokenizer`) or bring one
+from the Hub or a directory (`hf_tokenizer`), and tokenize a corpus with one into Levanter
+token caches (`tokenize`).
 
-Every rule here writes a Hugging Face tokenizer directory at the top of its output —
-tokenizer.json, tokenizer_config.json, special_tokens_map.json and config.json — that
-`transformers.AutoTokenizer.from_pretrained(output)` loads offline. config.json lets
-Levanter use the directory as its reference checkpoint: a trained tokenizer gets a
-minimal one (model_type, vocab_size and the special token ids), a Hub or directory
-tokenizer keeps its own if it has one.
+Declared here, cheap to import; the steps are tokenizers.py and tokenize.py.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
 
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
-from marinbuild.targets.context import Context, StepFailed
-from marinbuild.targets.rule import Execution, Resources, Rule
-from rules.corpus_shards import corpus_root, read_split
-from rules.hub import ALLOW_UNPINNED, HUB_ENV, NO_TORCH, check_pinned, resolved_commit, snapshot
+from marinbuild.targets.context import Context
+from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule
+from rules.common.hub import ALLOW_UNPINNED, HUB_ENV, NO_TORCH, check_pinned
+from rules.tokenize.constants import DEFAULT_SPECIAL_TOKENS, SPECIAL_ROLES, TOKENIZE_RESOURCES
 
-SPECIAL_ROLES = ("bos", "eos", "pad")
-DEFAULT_SPECIAL_TOKENS = {"bos": "<|bos|>", "eos": "<|eos|>", "pad": "<|pad|>"}
-CONFIG = "config.json"
-# A Levanter cache stores every field the tokenizer returns: no token_type_ids.
-MODEL_INPUTS = ["input_ids", "attention_mask"]
-# What a Hub tokenizer is made of; weights are never downloaded.
-TOKENIZER_FILES = [
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "config.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "*.tiktoken",
-]
-
-
-def save_tokenizer(tokenizer: Any, out: Path, config: Mapping[str, Any] | None) -> None:
-    """Write `tokenizer` (a PreTrainedTokenizerFast) and config.json into `out`.
-
-    Without a model config, a minimal one names the vocabulary and special tokens.
-    """
-    tokenizer.save_pretrained(str(out))
-    if config is None:
-        config = {
-            "model_type": "llama",
-            "vocab_size": len(tokenizer),
-            **{f"{role}_token_id": getattr(tokenizer, f"{role}_token_id") for role in SPECIAL_ROLES},
-        }
-    (out / CONFIG).write_text(json.dumps(dict(config), indent=2, sort_keys=True) + "\n")
-
-
-def tokenizer_directory(files: Iterable[Path]) -> Path:
-    """The directory of a tokenizer among an input's files: the one holding tokenizer_config.json."""
-    found = sorted({path.parent for path in files if path.name in ("tokenizer_config.json", "tokenizer.json")})
-    if len(found) != 1:
-        raise StepFailed(
-            "expected one tokenizer directory (holding tokenizer.json or tokenizer_config.json) in the input, "
-            f"found {len(found)}"
-        )
-    return found[0]
-
+_STEPS = ("rules.tokenize.tokenizers",)
 
 # -- bpe_tokenizer --------------------------------------------------------------------------
 
 
 def _bpe_tokenizer(ctx: Context) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    from rules.tokenize.tokenizers import bpe_tokenizer as train
 
-    special = {**DEFAULT_SPECIAL_TOKENS, **ctx.attrs["special_tokens"]}
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=ctx.attrs["vocab_size"],
-        special_tokens=[special[role] for role in SPECIAL_ROLES],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    root = corpus_root(ctx.files(ctx.attrs["data"]))
-    tokenizer.train_from_iterator(read_split(root, "train"), trainer)
-    # Like Llama's tokenizers: BOS is added by the tokenizer, EOS by Levanter when it builds caches.
-    bos = special["bos"]
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tokenizer.token_to_id(bos))]
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        model_input_names=MODEL_INPUTS,
-        **{f"{role}_token": special[role] for role in SPECIAL_ROLES},
-    )
-    save_tokenizer(fast, ctx.out, None)
+    train(ctx)
 
 
 def _check_bpe_tokenizer(attrs: Mapping[str, JsonValue]) -> None:
@@ -119,6 +48,7 @@ bpe_tokenizer = Rule(
     env=(NO_TORCH,),
     resources=Resources(cpu=1, memory_gb=2),
     validate=_check_bpe_tokenizer,
+    code_modules=_STEPS,
     doc=(
         "Train a byte-level BPE tokenizer on the train split of a data rule's output. Output: a "
         "Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json, "
@@ -138,22 +68,9 @@ bpe_tokenizer = Rule(
 
 
 def _hf_tokenizer(ctx: Context) -> None:
-    from transformers import AutoTokenizer
+    from rules.tokenize.tokenizers import hf_tokenizer as bring
 
-    attrs = ctx.attrs
-    if attrs["hub"] is not None:
-        directory = snapshot(attrs["hub"], attrs["revision"], "model", allow_patterns=TOKENIZER_FILES)
-        ctx.log.info("%s at commit %s", attrs["hub"], resolved_commit(directory))
-    else:
-        directory = tokenizer_directory(ctx.files(attrs["dir"]))
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(directory), use_fast=True, model_input_names=MODEL_INPUTS)
-    except (OSError, ValueError) as error:
-        raise StepFailed(f"cannot load a tokenizer from {directory}: {error}") from None
-    if not tokenizer.is_fast:
-        raise StepFailed(f"{directory} has no fast tokenizer (tokenizer.json); Levanter needs one")
-    config_file = directory / CONFIG
-    save_tokenizer(tokenizer, ctx.out, json.loads(config_file.read_text()) if config_file.is_file() else None)
+    bring(ctx)
 
 
 def _check_hf_tokenizer(attrs: Mapping[str, JsonValue]) -> None:
@@ -171,6 +88,7 @@ hf_tokenizer = Rule(
     env=(*HUB_ENV, NO_TORCH),
     packages=("transformers", "tokenizers", "huggingface_hub"),
     validate=_check_hf_tokenizer,
+    code_modules=_STEPS,
     doc=(
         "An existing tokenizer, from the Hub at a pinned commit or from a directory in the "
         "workspace, saved in the same layout as bpe_tokenizer's output."
@@ -180,5 +98,43 @@ hf_tokenizer = Rule(
         "revision": Attr(types.STRING, default=None, doc="A 40-hex commit id (a branch needs allow_unpinned)."),
         "dir": Attr(types.OPTIONAL_LABEL, default=None, doc="A filegroup or target holding a tokenizer directory."),
         "allow_unpinned": ALLOW_UNPINNED,
+    },
+)
+
+
+# -- tokenize -------------------------------------------------------------------------------
+
+
+def _tokenize(ctx: Context) -> None:
+    from rules.tokenize.tokenize import tokenize as run
+
+    run(ctx)
+
+
+tokenize = Rule(
+    name="tokenize",
+    impl=_tokenize,
+    execution=Execution.SUBPROCESS,
+    packages=("levanter", "tokenizers", "transformers"),
+    env=(NO_TORCH,),
+    resources=TOKENIZE_RESOURCES,
+    retry=RetryPolicy(worker_lost=3, failed=1),
+    code_modules=("rules.tokenize.tokenize", *_STEPS),
+    doc=(
+        "Tokenize a corpus into Levanter token caches. Output: train/ and validation/ caches "
+        "(point a Levanter text dataset config's cache_dir here), tokenizer/ (a copy of the "
+        "tokenizer) and summary.json with document and token counts."
+    ),
+    attrs={
+        "data": Attr(types.LABEL, doc="A data rule's output (text_files, hf_dataset, python_corpus)."),
+        "tokenizer": Attr(types.LABEL, doc="A tokenizer rule's output (bpe_tokenizer, hf_tokenizer)."),
+        "ray_min_documents": Attr(
+            types.INT,
+            default=1_000_000,
+            doc=(
+                "Use Levanter's Ray cache builder from this many documents. Its caches hold the "
+                "same tokens, but their ledgers name shards differently, so this is part of the key."
+            ),
+        ),
     },
 )

@@ -1,4 +1,4 @@
-"""`tokenize`: a corpus and a tokenizer become Levanter token caches.
+"""`tokenize`'s step: a corpus and a tokenizer become Levanter token caches.
 
 Output layout, matching Levanter's text dataset configs, which read the cache of split
 S from `os.path.join(cache_dir, S)`: point `cache_dir` at this output and use the split
@@ -26,16 +26,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marinbuild.targets import attrs as types
-from marinbuild.targets.attrs import Attr
 from marinbuild.targets.context import Context
-from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule
-from rules.corpus_shards import SPLITS, SUMMARY, check_has_documents, corpus_root, read_split, read_summary
-from rules.hub import NO_TORCH
-from rules.tokenizer import tokenizer_directory
+from marinbuild.targets.rule import Resources
+from rules.common.corpus import SPLITS, SUMMARY, check_has_documents, corpus_root, read_split, read_summary
+from rules.common.training_files import TOKENIZER_DIR
+from rules.tokenize.constants import TOKENIZE_RESOURCES
+from rules.tokenize.tokenizers import tokenizer_directory
 
-TOKENIZER_DIR = "tokenizer"
-RESOURCES = Resources(cpu=1, memory_gb=2)
 BATCH_DOCUMENTS = 256
 # Levanter records the tokenizer's name_or_path in each cache's ledger; a fixed name (the
 # copy next to the caches) instead of the input's store path keeps the output deterministic.
@@ -100,7 +97,7 @@ def _local_ray(cpus: float) -> Iterator[None]:
         ray.shutdown()
 
 
-def _tokenize(ctx: Context) -> None:
+def tokenize(ctx: Context) -> None:
     corpus = corpus_root(ctx.files(ctx.attrs["data"]))
     documents = read_summary(corpus)["documents"]
     check_has_documents(documents, ctx.attrs["data"])
@@ -117,7 +114,9 @@ def _tokenize(ctx: Context) -> None:
     tokens: dict[str, int] = {}
     done = 0
     with (
-        _local_ray(Resources.from_json(ctx.attrs["resources"], RESOURCES).cpu) if use_ray else contextlib.nullcontext()
+        _local_ray(Resources.from_json(ctx.attrs["resources"], TOKENIZE_RESOURCES).cpu)
+        if use_ray
+        else contextlib.nullcontext()
     ):
         for split in SPLITS:
             if use_ray:
@@ -129,31 +128,3 @@ def _tokenize(ctx: Context) -> None:
     summary = {"documents": documents, "tokens": tokens, "vocab_size": len(tokenizer)}
     (ctx.out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     ctx.log.info("tokenized %s documents into %s tokens", documents, tokens)
-
-
-tokenize = Rule(
-    name="tokenize",
-    impl=_tokenize,
-    execution=Execution.SUBPROCESS,
-    packages=("levanter", "tokenizers", "transformers"),
-    env=(NO_TORCH,),
-    resources=RESOURCES,
-    retry=RetryPolicy(worker_lost=3, failed=1),
-    doc=(
-        "Tokenize a corpus into Levanter token caches. Output: train/ and validation/ caches "
-        "(point a Levanter text dataset config's cache_dir here), tokenizer/ (a copy of the "
-        "tokenizer) and summary.json with document and token counts."
-    ),
-    attrs={
-        "data": Attr(types.LABEL, doc="A data rule's output (text_files, hf_dataset, python_corpus)."),
-        "tokenizer": Attr(types.LABEL, doc="A tokenizer rule's output (bpe_tokenizer, hf_tokenizer)."),
-        "ray_min_documents": Attr(
-            types.INT,
-            default=1_000_000,
-            doc=(
-                "Use Levanter's Ray cache builder from this many documents. Its caches hold the "
-                "same tokens, but their ledgers name shards differently, so this is part of the key."
-            ),
-        ),
-    },
-)

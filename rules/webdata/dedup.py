@@ -1,6 +1,6 @@
-"""`dedup`: exact, near-duplicate and paragraph dedup across every shard of its inputs.
+"""`dedup`'s step: exact, near-duplicate and paragraph dedup across every shard of its inputs.
 
-A sharded rule (docs/rules.md#sharded-steps) in the three phases of `rules.webdata.dedup`:
+A sharded rule (docs/rules.md#sharded-steps) in the three phases of blocks/dedup/:
 
 1. a *map* unit per input shard, keyed by the shard's content and the dedup config only
    (not its name nor its input), writing the shard's signatures: adding a shard maps that
@@ -18,8 +18,7 @@ The output is a corpus in the layout of every data rule (`train/`, `validation/`
 kept or removed, under `clusters/` for a researcher to inspect, and `summary.json`
 counting the documents removed as exact and near duplicates and the paragraphs removed.
 
-This module imports no numpy when BUILD files load: `rules.webdata.dedup` is imported by
-the functions that run the phases.
+The blocks of each phase (blocks/dedup/, numpy) are imported by the functions that run it.
 """
 
 from __future__ import annotations
@@ -30,27 +29,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.targets import Attr, Resources, Rule, ShardResult, ShardUnit
-from marinbuild.targets import attrs as types
-from marinbuild.targets.attrs import AttrError, JsonValue
+from marinbuild.targets import ShardResult, ShardUnit
 from marinbuild.targets.context import Context
-from rules.corpus_shards import SPLITS, SUMMARY, check_not_emptied, corpus_root, split_counts
-from rules.webdata.dedup_config import DedupConfig
-from rules.webdata.documents import Skips, read_documents
+from rules.common.corpus import SPLITS, SUMMARY, check_not_emptied, corpus_root, split_counts
+from rules.webdata.blocks.dedup.config import DedupConfig
+from rules.webdata.blocks.documents import Skips, read_documents
+from rules.webdata.constants import CLUSTERS
 
-CLUSTERS = "clusters"
 _KEPT, _MEMBERS, _COUNTS = "kept.jsonl", "clusters.jsonl", "counts.json"  # an apply unit's outputs
-
-
-def _config(attrs: Mapping[str, JsonValue]) -> DedupConfig:
-    return DedupConfig.from_spec(attrs["exact"], attrs["fuzzy"], attrs["paragraphs"])
-
-
-def _check(attrs: Mapping[str, JsonValue]) -> None:
-    """At load: at least one input, and a valid dedup config (an error at the BUILD line)."""
-    if not attrs["data"]:
-        raise AttrError("dedup: data must list at least one corpus")
-    _config(attrs)
 
 
 def _shard(ctx: Context) -> Path:
@@ -62,7 +48,7 @@ def _shard(ctx: Context) -> Path:
 
 def map_unit(ctx: Context) -> None:
     """Phase 1, one unit: the signatures of one shard's documents."""
-    from rules.webdata.dedup import map_shard
+    from rules.webdata.blocks.dedup.signatures import map_shard
 
     skips = Skips()
     config = DedupConfig.from_spec(**ctx.attrs["config"])
@@ -72,7 +58,8 @@ def map_unit(ctx: Context) -> None:
 
 def apply_unit(ctx: Context) -> None:
     """Phase 3, one unit: one shard's kept documents and cluster members, by its decisions."""
-    from rules.webdata.dedup import ClusterMember, Deduplication, ShardDecisions
+    from rules.webdata.blocks.dedup.apply import ClusterMember, Deduplication
+    from rules.webdata.blocks.dedup.clusters import ShardDecisions
 
     marks = ctx.location("paragraphs") if "paragraphs" in ctx.inputs else None
     deduplication = Deduplication(ShardDecisions(ctx.location("clusters"), marks))
@@ -85,11 +72,11 @@ def apply_unit(ctx: Context) -> None:
     (ctx.out / _COUNTS).write_text(json.dumps({"dedup": deduplication.to_json(), "skipped": skips.to_json()}))
 
 
-def _dedup(ctx: Context) -> None:
+def dedup(ctx: Context) -> None:
     """The driver: map every shard, find the clusters, apply them shard by shard."""
-    from rules.webdata.dedup import find_clusters
+    from rules.webdata.blocks.dedup.clusters import find_clusters
 
-    config = _config(ctx.attrs)
+    config = DedupConfig.from_spec(ctx.attrs["exact"], ctx.attrs["fuzzy"], ctx.attrs["paragraphs"])
     shards: list[tuple[str, Path]] = []  # (output name, input shard) in the stable order
     for split in SPLITS:
         numbered = 0
@@ -98,7 +85,7 @@ def _dedup(ctx: Context) -> None:
                 shards.append((f"{split}/shard-{numbered:05d}.jsonl", path))
                 numbered += 1
     maps = ctx.map_shards(
-        "rules.webdata.dedup_rule:map_unit",
+        "rules.webdata.dedup:map_unit",
         [ShardUnit(name, {"shard": path}, {"config": config.to_json()}) for name, path in shards],
     )
     clusters = find_clusters([result.root for result in maps], config, ctx.tmp / "decisions")
@@ -108,7 +95,7 @@ def _dedup(ctx: Context) -> None:
         if decisions.paragraphs is not None:
             files["paragraphs"] = decisions.paragraphs
         units.append(ShardUnit(name, files, {"shard_name": path.name}))
-    results = ctx.map_shards("rules.webdata.dedup_rule:apply_unit", units)
+    results = ctx.map_shards("rules.webdata.dedup:apply_unit", units)
     for result in results:
         result.place(_KEPT, ctx.out / result.name)
         result.place(_MEMBERS, ctx.out / CLUSTERS / result.name)
@@ -155,29 +142,3 @@ def _summary(results: list[ShardResult]) -> dict[str, Any]:
         },
         "skipped": skipped,
     }
-
-
-dedup = Rule(
-    name="dedup",
-    impl=_dedup,
-    version=2,  # 2: a near duplicate is removed only if it is like its cluster's kept document
-    attrs={
-        "data": Attr(types.LABEL_LIST, doc="Corpora (outputs of data rules), deduplicated together, in this order."),
-        "exact": Attr(types.BOOL, default=True, doc="Remove documents whose normalised text another has."),
-        "fuzzy": Attr(
-            types.JSON,
-            default=True,
-            doc="Near duplicates by MinHash LSH: {'ngram': 5, 'bands': 25, 'rows': 4, 'threshold': 0.6, "
-            "'seed': 0} (any of them), True for these defaults, False for off.",
-        ),
-        "paragraphs": Attr(
-            types.JSON,
-            default=False,
-            doc="Paragraph dedup by a Bloom filter: {'false_positive_rate': 0.001}, True for it, False for off.",
-        ),
-    },
-    validate=_check,
-    resources=Resources(cpu=2),
-    sharded=True,
-    metrics_file=SUMMARY,
-)

@@ -1,4 +1,4 @@
-"""`extract_text`: the main text of web pages (WARC files or HTML files), file by file.
+"""`extract_text`'s step: the main text of web pages (WARC files or HTML files), file by file.
 
 A sharded rule (docs/rules.md#sharded-steps): each input file is a unit of its own, keyed
 by its content, its name (which names its skips, and is an HTML page's id) and the
@@ -29,18 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.hashing import digest_bytes
-from marinbuild.targets import Attr, Resources, Rule, ShardResult, ShardUnit
-from marinbuild.targets import attrs as types
+from marinbuild.targets import ShardResult, ShardUnit
 from marinbuild.targets.attrs import JsonValue
 from marinbuild.targets.context import Context, StepFailed
-from rules.corpus_shards import SPLITS, SUMMARY
-from rules.webdata.documents import Document
+from rules.common.corpus import SPLITS, SUMMARY
+from rules.webdata.blocks.documents import Document
+from rules.webdata.constants import FORMATS
 
-FORMATS = {"warc": (".warc", ".warc.gz"), "html": (".html", ".htm")}  # format -> the suffixes of its files
 _COUNTS = "counts.json"  # a unit's counts, beside its {split}.jsonl
 _KEY_CHARACTERS = 16  # of a unit's key, in its shards' names
 # The attributes that make an `extract.ExtractConfig`.
-_CONFIG = ("max_payload_bytes", "min_text_characters", "max_nesting_depth", "max_record_seconds")
+CONFIG = ("max_payload_bytes", "min_text_characters", "max_nesting_depth", "max_record_seconds")
 
 
 def held_out(document_id: str, fraction: float) -> bool:
@@ -48,23 +47,12 @@ def held_out(document_id: str, fraction: float) -> bool:
     return int(digest_bytes(document_id.encode())[:16], 16) < fraction * 2**64
 
 
-def _config(attrs: Mapping[str, JsonValue]) -> Any:
+def extract_config(attrs: Mapping[str, JsonValue]) -> Any:
     """The extraction's settings; `extract` (Resiliparse, FastWARC) is imported here, when a
     BUILD file declares such a target or a unit runs."""
-    from rules.webdata.extract import ExtractConfig
+    from rules.webdata.blocks.extract import ExtractConfig
 
-    return ExtractConfig(**{name: attrs[name] for name in _CONFIG if attrs[name] is not None})
-
-
-def _check(attrs: Mapping[str, JsonValue]) -> None:
-    """At load: the format exists, there are inputs, the fraction and the limits are valid."""
-    if attrs["format"] not in FORMATS:
-        raise ValueError(f"format must be one of {', '.join(map(repr, FORMATS))}, got {attrs['format']!r}")
-    if not attrs["srcs"]:
-        raise ValueError("srcs is empty: give the WARC or HTML files, or targets that make them")
-    if not 0 <= attrs["validation_fraction"] < 1:
-        raise ValueError(f"validation_fraction must be at least 0 and below 1, got {attrs['validation_fraction']}")
-    _config(attrs)
+    return ExtractConfig(**{name: attrs[name] for name in CONFIG if attrs[name] is not None})
 
 
 # -- a unit: one file -------------------------------------------------------------------------
@@ -72,7 +60,7 @@ def _check(attrs: Mapping[str, JsonValue]) -> None:
 
 def extract_file(ctx: Context) -> None:
     """One unit: the documents of one file, by split, and its skips."""
-    from rules.webdata.extract import is_warc
+    from rules.webdata.blocks.extract import is_warc
 
     path, name, fmt = ctx.location("file"), ctx.attrs["name"], ctx.attrs["format"]
     if fmt == "warc" and not is_warc(path):
@@ -82,7 +70,7 @@ def extract_file(ctx: Context) -> None:
         path,
         fmt,
         name,
-        _config(ctx.attrs),
+        extract_config(ctx.attrs),
         ctx.attrs["validation_fraction"],
         lambda done: ctx.progress(done, None, "docs"),
     )
@@ -96,7 +84,7 @@ def extract_into(
     """The documents of one file into `out`/{split}.jsonl, a JSON line each, its records
     extracted in a child that bounds each one's time (`extract_worker`); returns the
     documents by split and the skips (what counts.json holds)."""
-    from rules.webdata.extract_worker import budgeted_extraction
+    from rules.webdata.blocks.extract_worker import budgeted_extraction
 
     def split(document: Document) -> str:
         return "validation" if held_out(document.id, fraction) else "train"
@@ -133,14 +121,14 @@ def _files(ctx: Context, suffixes: tuple[str, ...]) -> Iterator[tuple[str, Path]
                 yield _unit_name(own_package, label, path.relative_to(root).as_posix()), path
 
 
-def _extract_text(ctx: Context) -> None:
+def extract_text(ctx: Context) -> None:
     """The driver: a unit per input file, then the corpus from their outputs."""
     fmt = ctx.attrs["format"]
-    config = _config(ctx.attrs)  # defaults included: what each unit's key holds
+    config = extract_config(ctx.attrs)  # defaults included: what each unit's key holds
     parameters = {
         "format": fmt,
         "validation_fraction": ctx.attrs["validation_fraction"],
-        **{name: getattr(config, name) for name in _CONFIG},
+        **{name: getattr(config, name) for name in CONFIG},
     }
     units = [ShardUnit(name, {"file": path}, {**parameters, "name": name}) for name, path in _files(ctx, FORMATS[fmt])]
     if not units:
@@ -181,69 +169,3 @@ def _summary(results: list[ShardResult], files: dict[str, dict[str, Any]]) -> di
         "skipped": dict(sorted(skipped.items())),
         "files": dict(sorted(files.items())),
     }
-
-
-def _headline(out: Path) -> str | None:
-    summary = json.loads((out / SUMMARY).read_text())
-    skipped = sum(skip["count"] for skip in summary["skipped"].values())
-    documents = sum(summary["documents"].values())
-    return f"{documents:,} documents from {len(summary['files'])} files, {skipped:,} records skipped"
-
-
-extract_text = Rule(
-    name="extract_text",
-    impl=_extract_text,
-    attrs={
-        "srcs": Attr(
-            types.LABEL_LIST,
-            default=[],
-            doc="WARC or HTML files, or targets whose outputs hold them (synthetic_web_pages, a filegroup, "
-            "an external directory): of a target, the files named *.warc, *.warc.gz (or *.html, *.htm).",
-        ),
-        "format": Attr(types.STRING, default="warc", doc="'warc' (response records) or 'html' (a file a page)."),
-        "validation_fraction": Attr(
-            types.FLOAT, default=0.01, doc="Share of documents held out for validation, chosen by a hash of their id."
-        ),
-        "max_payload_bytes": Attr(
-            types.INT,
-            default=None,
-            doc="A larger page is skipped unread ('too large'): no DOM of 100 MB (None: 10 MiB).",
-        ),
-        "min_text_characters": Attr(
-            types.INT, default=None, doc="A shorter main text counts as none ('no main text'; None: 1)."
-        ),
-        "max_nesting_depth": Attr(
-            types.INT,
-            default=None,
-            doc="A page whose elements nest deeper is skipped ('too deeply nested'; None: 512, where browsers' "
-            "parsers stop nesting).",
-        ),
-        "max_record_seconds": Attr(
-            types.FLOAT,
-            default=None,
-            doc="CPU seconds one record may take, read to extracted; past them it is skipped ('over time budget') "
-            "and the file goes on (None: 5).",
-        ),
-    },
-    validate=_check,
-    # 2: HTTP codings undone and charsets found as browsers do; every record a document or a
-    # counted skip, numbered in its file; a budget of depth and time per record.
-    version=2,
-    resources=Resources(cpu=2),
-    sharded=True,
-    packages=("resiliparse", "fastwarc", "brotli", "zstandard"),
-    code_modules=(
-        "rules.webdata.extract",
-        "rules.webdata.extract_worker",
-        "rules.webdata.http_body",
-        "rules.webdata.charsets",
-        "rules.webdata.documents",
-    ),
-    metrics_file=SUMMARY,
-    headline=_headline,
-    doc=(
-        "The main text of web pages (Resiliparse), a unit per WARC or HTML file. Output: train/ and "
-        "validation/ shards of {'text', 'id', 'url', 'metadata'} lines, and summary.json (documents, "
-        "skips by reason, each file's shard and counts)."
-    ),
-)

@@ -8,7 +8,7 @@ corpus in the layout of every data rule (`train/`, `validation/`, `summary.json`
 each rejected document beside it under `rejected/`, with the filter that rejected it and
 why, and `summary.json` counting what each filter saw, kept and rejected, and the input
 lines skipped (not JSON, no text...), by reason. A filter with a threshold on a score
-(`filters.ThresholdFilter`: language, quality_threshold) has its scores' distribution in
+(`ThresholdFilter`: language, quality_threshold) has its scores' distribution in
 `summary.json` too (`distributions`): each unit counts them into a histogram of fixed bins,
 which the driver adds up (`score_distribution`), and a threshold that keeps none or all of
 the documents it scored is a warning of the build.
@@ -29,54 +29,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.targets import Attr, Resources, Rule, ShardResult, ShardUnit
-from marinbuild.targets import attrs as types
-from marinbuild.targets.attrs import AttrError, JsonValue
+from marinbuild.targets import ShardResult, ShardUnit
+from marinbuild.targets.attrs import JsonValue
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.distributions import Distribution
-from rules.corpus_shards import PROGRESS_EVERY, SPLITS, SUMMARY, check_not_emptied, corpus_root, split_counts
-from rules.webdata.documents import Skips, read_documents
-from rules.webdata.filters import FilterChain, FilterCounts, Rejection, ThresholdFilter, make_filter
-from rules.webdata.score_distribution import distribution, score_range
+from rules.common.corpus import PROGRESS_EVERY, SPLITS, SUMMARY, check_not_emptied, corpus_root, split_counts
+from rules.webdata.blocks.documents import Skips, read_documents
+from rules.webdata.blocks.filters.base import ThresholdFilter
+from rules.webdata.blocks.filters.chain import FilterChain, FilterCounts, Rejection, make_filter
+from rules.webdata.blocks.filters.scores import with_model
+from rules.webdata.blocks.score_distribution import distribution, score_range
+from rules.webdata.constants import LANGUAGE_MODEL, MODEL_SUFFIXES, REJECTED
 
-REJECTED = "rejected"
 _KEPT, _REJECTED, _COUNTS = "kept.jsonl", "rejected.jsonl", "counts.json"  # a unit's outputs
 _COUNTED = ("name", "seen", "kept", "rejected", "reasons")  # what a unit counts of each filter
 _SCORES = "scores-{index}.npy"  # a unit's histogram of the scores of the chain's filter `index`, if it has a threshold
-LANGUAGE_MODEL = "language_model"  # the attribute, and a unit's file, of the language filter's model
-MODEL_SUFFIXES = (".bin", ".ftz")  # a fastText model file, plain or quantized
 
 
-def _specs(filters: list[Mapping[str, JsonValue]]) -> list[Mapping[str, JsonValue]]:
+def language_specs(filters: list[Mapping[str, JsonValue]]) -> list[Mapping[str, JsonValue]]:
     """The chain's specs as units read them: the language filter's model is the unit's file."""
-    return [_with_model(spec, LANGUAGE_MODEL) for spec in filters]
-
-
-def _with_model(spec: Mapping[str, JsonValue], model: str) -> Mapping[str, JsonValue]:
-    is_language = isinstance(spec, Mapping) and spec.get("name") == "language"
-    return {**spec, "model": model} if is_language else spec
-
-
-def _check(attrs: Mapping[str, JsonValue]) -> None:
-    """At load: every filter exists and its parameters are valid, and the language filter
-    and its model come together (an error at the BUILD line)."""
-    filters = attrs["filters"]
-    if not isinstance(filters, list) or not filters:
-        raise AttrError("filters must be a non-empty list of filters, e.g. [{'name': 'gopher_quality'}]")
-    language = [spec for spec in filters if isinstance(spec, Mapping) and spec.get("name") == "language"]
-    if any("model" in spec for spec in language):
-        raise AttrError(
-            "the language filter takes its model from the step's language_model attribute, a label "
-            "(a train_fasttext target, an external directory or a file), not from a 'model' in its spec"
-        )
-    if language and attrs[LANGUAGE_MODEL] is None:
-        raise AttrError("the language filter needs language_model: the label of its fastText model")
-    if attrs[LANGUAGE_MODEL] is not None and not language:
-        raise AttrError("language_model is given, but no filter of the chain is 'language'")
-    if len(language) > 1:
-        raise AttrError("the chain has two language filters: one model, one filter")
-    for spec in _specs(filters):
-        make_filter(spec)
+    return [with_model(spec, LANGUAGE_MODEL) for spec in filters]
 
 
 def _model_file(ctx: Context) -> Path:
@@ -96,7 +68,7 @@ def filter_shard(ctx: Context) -> None:
     shard.symlink_to(ctx.location("shard"))
     specs = ctx.attrs["filters"]
     if LANGUAGE_MODEL in ctx.inputs:
-        specs = [_with_model(spec, str(ctx.location(LANGUAGE_MODEL))) for spec in specs]
+        specs = [with_model(spec, str(ctx.location(LANGUAGE_MODEL))) for spec in specs]
     chain = FilterChain.from_specs(specs)
     skips = Skips()
     with open(ctx.out / _KEPT, "w", encoding="utf-8") as kept, open(ctx.out / _REJECTED, "w", encoding="utf-8") as out:
@@ -123,19 +95,19 @@ def _write_scores(counts: FilterCounts, index: int, out: Path) -> dict[str, Any]
         return None
     import numpy as np
 
-    from rules.webdata.score_distribution import score_histogram
+    from rules.webdata.blocks.score_distribution import score_histogram
 
     np.save(out / _SCORES.format(index=index), score_histogram(counts.scores), allow_pickle=False)
     return {**score_range(counts.scores), "kept": counts.scores_kept}
 
 
-def _filter_text(ctx: Context) -> None:
+def filter_text(ctx: Context) -> None:
     """The driver: a unit per shard of each split, then the corpus from their outputs.
     Input of which no line is a document (another tool's field names, another encoding)
     fails the step, as extract_text's does, instead of publishing an empty corpus; so does
     a chain that rejects every document of a split (`check_not_emptied`)."""
     root = corpus_root(ctx.files(ctx.attrs["data"]))
-    filters = [make_filter(spec).to_json() for spec in _specs(ctx.attrs["filters"])]  # defaults included
+    filters = [make_filter(spec).to_json() for spec in language_specs(ctx.attrs["filters"])]  # defaults included
     model = {LANGUAGE_MODEL: _model_file(ctx)} if ctx.attrs[LANGUAGE_MODEL] is not None else {}
     units = [
         ShardUnit(f"{split}/{path.name}", {"shard": path, **model}, {"filters": filters, "shard_name": path.name})
@@ -211,29 +183,3 @@ def _summary(results: list[ShardResult], specs: list[dict[str, JsonValue]]) -> d
         "filters": filters,
         "skipped": skipped,
     }
-
-
-filter_text = Rule(
-    name="filter_text",
-    impl=_filter_text,
-    attrs={
-        "data": Attr(types.LABEL, doc="A corpus: the output of a data rule (train/, validation/, summary.json)."),
-        "filters": Attr(
-            types.JSON,
-            doc="The chain, in order: [{'name': 'gopher_quality', 'min_words': 50}, {'name': 'c4'}, ...]; "
-            "a filter's parameters are checked when the BUILD file loads.",
-        ),
-        LANGUAGE_MODEL: Attr(
-            types.OPTIONAL_LABEL,
-            default=None,
-            omit_default=True,
-            doc="The language filter's fastText model: a train_fasttext target, an external directory or a "
-            "file holding one *.bin or *.ftz file.",
-        ),
-    },
-    validate=_check,
-    version=2,  # each unit counts the scores of the filters with a threshold
-    resources=Resources(cpu=2),
-    sharded=True,
-    metrics_file=SUMMARY,
-)

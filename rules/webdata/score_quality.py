@@ -1,18 +1,13 @@
-"""`train_quality_classifier` and `score_quality`: a fastText quality classifier as a step,
-and a corpus scored by it and cut, shard by shard.
+"""`score_quality`'s step: a corpus scored by a fastText quality classifier and cut, shard
+by shard.
 
-`train_quality_classifier` is a plain step: one model (`model.bin`) trained on the train
-split of two corpora (`rules.webdata.quality`: DCLM's fastText bigrams), deterministic, so
-the same documents and hyper-parameters give the same model file and every key downstream
-stays the same.
-
-`score_quality` is a sharded rule (docs/rules.md#sharded-steps) in two phases: a *score*
-unit per shard, keyed by the shard's content, its file name and the model's content,
-writes the shard's documents with their score in `metadata.quality_score` and a histogram
-of the scores; then the cut is `threshold`, or for `top_fraction` the edge the driver
-finds over every shard's histogram (`top_fraction_cut`); then a *cut* unit per shard,
-keyed by the scored shard's content and the cut, keeps the documents at or above it and
-puts the others under `rejected/`. Changing the cut scores nothing again.
+A sharded rule (docs/rules.md#sharded-steps) in two phases: a *score* unit per shard,
+keyed by the shard's content, its file name and the model's content, writes the shard's
+documents with their score in `metadata.quality_score` and a histogram of the scores;
+then the cut is `threshold`, or for `top_fraction` the edge the driver finds over every
+shard's histogram (`top_fraction_cut`); then a *cut* unit per shard, keyed by the scored
+shard's content and the cut, keeps the documents at or above it and puts the others under
+`rejected/`. Changing the cut scores nothing again.
 
 The summary records the scores' distribution (`distributions`: min, max, quantiles and a
 histogram, from the score units' histograms added up, `score_distribution`) with where the
@@ -23,91 +18,28 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.targets import Attr, Resources, Rule, ShardUnit
-from marinbuild.targets import attrs as types
-from marinbuild.targets.attrs import AttrError, JsonValue
+from marinbuild.targets import ShardUnit
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.distributions import Distribution
-from rules.corpus_shards import PROGRESS_EVERY, SPLITS, SUMMARY, check_not_emptied, corpus_root
-from rules.webdata.documents import Document, Skips, read_documents
-from rules.webdata.filters import QUALITY_SCORE, QualityThreshold
-from rules.webdata.quality import QualityHyperparameters
-from rules.webdata.score_distribution import distribution, score_range
+from rules.common.corpus import PROGRESS_EVERY, SPLITS, SUMMARY, check_not_emptied, corpus_root
+from rules.webdata.blocks.documents import Skips, read_documents
+from rules.webdata.blocks.filters.scores import QUALITY_SCORE, QualityThreshold
+from rules.webdata.blocks.score_distribution import distribution, score_range
+from rules.webdata.constants import MODEL, REJECTED
 
-MODEL = "model.bin"
-REJECTED = "rejected"
 _SCORED, _HISTOGRAM = "scored.jsonl", "histogram.npy"  # a score unit's outputs
 _KEPT, _REJECTED, _COUNTS = "kept.jsonl", "rejected.jsonl", "counts.json"  # a cut unit's outputs
-
-
-# -- train_quality_classifier -------------------------------------------------------------------
-
-
-def _check_training(attrs: Mapping[str, JsonValue]) -> None:
-    QualityHyperparameters.from_spec(attrs["hyperparameters"])
-
-
-def _train_documents(ctx: Context, label: str, skips: Skips) -> Iterator[Document]:
-    for shard in sorted((corpus_root(ctx.files(label)) / "train").glob("shard-*.jsonl")):
-        yield from read_documents(shard, skips)
-
-
-def _train_quality_classifier(ctx: Context) -> None:
-    """Train the model on the positive and negative corpora's train splits."""
-    from rules.webdata.quality import train_classifier
-
-    skips = Skips()
-    trained = train_classifier(
-        _train_documents(ctx, ctx.attrs["positive"], skips),
-        _train_documents(ctx, ctx.attrs["negative"], skips),
-        QualityHyperparameters.from_spec(ctx.attrs["hyperparameters"]),
-        ctx.out / MODEL,
-        ctx.tmp / "training",
-    )
-    summary = {**trained.to_json(), "skipped": skips.to_json()}
-    (ctx.out / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-
-
-train_quality_classifier = Rule(
-    name="train_quality_classifier",
-    impl=_train_quality_classifier,
-    attrs={
-        "positive": Attr(types.LABEL, doc="A corpus of what good data looks like (its train split is read)."),
-        "negative": Attr(types.LABEL, doc="A corpus of what the classifier should score low."),
-        "hyperparameters": Attr(
-            types.JSON,
-            default={},
-            doc="fastText's: epoch, lr, word_ngrams, dim, min_count, bucket, seed (rules.webdata.quality).",
-        ),
-    },
-    validate=_check_training,
-    metrics_file=SUMMARY,
-)
-
-
-# -- score_quality --------------------------------------------------------------------------------
-
-
-def _check_scoring(attrs: Mapping[str, JsonValue]) -> None:
-    threshold, top = attrs["threshold"], attrs["top_fraction"]
-    if (threshold is None) == (top is None):
-        raise AttrError("score_quality takes either threshold or top_fraction, not both nor neither")
-    if threshold is not None:
-        QualityThreshold(threshold=threshold)
-    elif not 0 < top <= 1:
-        raise AttrError(f"top_fraction must be above 0 and at most 1, got {top}")
 
 
 def score_unit(ctx: Context) -> None:
     """One unit: a shard's documents with their scores, and the scores' histogram."""
     import numpy as np
 
-    from rules.webdata.quality import QualityScorer
-    from rules.webdata.score_distribution import score_histogram
+    from rules.webdata.blocks.quality import QualityScorer
+    from rules.webdata.blocks.score_distribution import score_histogram
 
     shard = ctx.tmp / ctx.attrs["shard_name"]  # documents without an id are named after it
     shard.symlink_to(ctx.location("shard"))
@@ -152,11 +84,11 @@ def _model(ctx: Context) -> Path:
     raise StepFailed(f"{ctx.attrs['classifier']} has no {MODEL}: expected a train_quality_classifier target")
 
 
-def _score_quality(ctx: Context) -> None:
+def score_quality(ctx: Context) -> None:
     """The driver: score every shard, find the cut, cut every shard."""
     import numpy as np
 
-    from rules.webdata.quality import top_fraction_cut
+    from rules.webdata.blocks.quality import top_fraction_cut
 
     root = corpus_root(ctx.files(ctx.attrs["data"]))
     model = _model(ctx)
@@ -164,14 +96,14 @@ def _score_quality(ctx: Context) -> None:
         (f"{split}/{path.name}", path) for split in SPLITS for path in sorted((root / split).glob("shard-*.jsonl"))
     ]
     scored = ctx.map_shards(
-        "rules.webdata.quality_rules:score_unit",
+        "rules.webdata.score_quality:score_unit",
         [ShardUnit(name, {"shard": path, "model": model}, {"shard_name": path.name}) for name, path in shards],
     )
     threshold = ctx.attrs["threshold"]
     if threshold is None:
         threshold = top_fraction_cut((np.load(result.path(_HISTOGRAM)) for result in scored), ctx.attrs["top_fraction"])
     cut = ctx.map_shards(
-        "rules.webdata.quality_rules:cut_unit",
+        "rules.webdata.score_quality:cut_unit",
         [ShardUnit(result.name, {"shard": result.path(_SCORED)}, {"threshold": threshold}) for result in scored],
     )
     documents: Counter[str] = Counter()
@@ -211,20 +143,3 @@ def _score_quality(ctx: Context) -> None:
 def _score_range(found: Distribution | None) -> str:
     """The lowest and highest score, for the line of a cut that kept nothing."""
     return "" if found is None else f"scores {found.minimum:.{found.decimals}f}–{found.maximum:.{found.decimals}f}"
-
-
-score_quality = Rule(
-    name="score_quality",
-    impl=_score_quality,
-    attrs={
-        "data": Attr(types.LABEL, doc="A corpus: the output of a data rule."),
-        "classifier": Attr(types.LABEL, doc="A train_quality_classifier target."),
-        "threshold": Attr(types.FLOAT, default=None, doc="Keep documents scoring at least this."),
-        "top_fraction": Attr(types.FLOAT, default=None, doc="Keep this share of the corpus's best documents."),
-    },
-    validate=_check_scoring,
-    version=2,  # each score unit notes its scores' count and extremes
-    resources=Resources(cpu=2),
-    sharded=True,
-    metrics_file=SUMMARY,
-)

@@ -7,11 +7,13 @@ version (the one pyproject.toml pins), and what would let us drop it; for each,
 tests/test_library_patches.py shows the library's own behaviour that makes it necessary,
 so that the test fails, telling us to drop the patch, once the library no longer behaves so.
 
-Every patch is of Levanter 1.2.dev1644 (with jax 0.7.2). Only a running step imports
-this module (it imports Levanter): `rules/levanter_lm.py` and `rules/levanter_sft.py`.
+Every patch is of Levanter 1.2.dev1644 (with jax 0.7.2), made by the runtime around
+Levanter's entry points (rules/common/levanter/training.py, rules/posttrain/sft_lm.py).
 """
 
 from __future__ import annotations
+
+import rules.common.levanter.environment  # noqa: F401  (first: offline, before Levanter)
 
 import ast
 import contextlib

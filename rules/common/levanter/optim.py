@@ -11,11 +11,11 @@ and a sweep compiles its training step once. The schedule itself is Levanter's o
 cycles are unchanged, and Levanter logs the rate of each step as before
 (`optim/learning_rate`). Only the initialisation, which writes the peak into the state,
 is compiled per rate.
-
-Imported by `rules/levanter_lm.py` in a running step only.
 """
 
 from __future__ import annotations
+
+import rules.common.levanter.environment  # noqa: F401  (first: offline, before Levanter)
 
 import dataclasses
 from typing import Any, NamedTuple

@@ -7,11 +7,11 @@ and of the live display. A W&B tracker (`tracker = "wandb"` on train_lm) only *r
 the run elsewhere: it is not part of the key, and its run id is derived from the key, so
 every attempt at one key — a resume after a kill or a preemption — logs to the same
 W&B run.
-
-Imported by `rules/levanter_lm.py` in a running step only (it imports jax and Levanter).
 """
 
 from __future__ import annotations
+
+import rules.common.levanter.environment  # noqa: F401  (first: offline, before Levanter)
 
 import dataclasses
 import json
@@ -28,6 +28,10 @@ from levanter.tracker.tracker import TrackerConfig
 from levanter.tracker.wandb import WandbConfig, WandbTracker
 from levanter.utils.jax_utils import jnp_to_python
 
+from rules.common.training_files import METRICS
+
+# Per attempt, beside Levanter's logs: each step's wall-clock time and timing metrics.
+TIMING_FILE = "timing.jsonl"
 # ctx.progress: (done, total, text).
 ProgressFn = Callable[[float, "float | None", str], None]
 # A step's row was written: (step, its values, its timing).
@@ -112,8 +116,8 @@ def _append_row(path: Path, row: dict[str, Any]) -> None:
 @TrackerConfig.register_subclass("marinbuild_metrics")
 @dataclasses.dataclass
 class MetricsFileConfig(TrackerConfig):
-    path: str = "metrics.jsonl"
-    timing_path: str = "timing.jsonl"
+    path: str = METRICS
+    timing_path: str = TIMING_FILE
 
     def init(self, run_id: str | None) -> MetricsFile:
         # `on_step` is set on the instance, not declared: a callable is no config field

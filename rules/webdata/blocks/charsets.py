@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from resiliparse.parse.encoding import detect_encoding
 
-from rules.webdata.documents import Skipped
+from rules.webdata.blocks.documents import Skipped
 
 PRESCAN_BYTES = 1024  # what the standard's prescan looks at
 _C1_ERRORS = "marinbuild-whatwg-c1"  # the error handler below, by the name codecs knows it by

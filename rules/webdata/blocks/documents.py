@@ -1,9 +1,9 @@
 """The document record of the web-data blocks, and its JSONL shards.
 
-Every block of `rules.webdata` (extraction, filters, and later quality scoring and dedup)
+Every web-data block (extraction, filters, quality scoring, dedup)
 takes and yields `Document`s, so blocks chain in any order and a rule is a loop over
 them. On disk a document is one JSON object a line in the layout every data rule writes
-(`rules.corpus_shards`): `{"text": ...}` first, which is all `tokenize` reads, then `id`,
+(rules/common/corpus.py): `{"text": ...}` first, which is all `tokenize` reads, then `id`,
 `url` and `metadata`, which the web-data rules keep so a researcher can trace a training
 document back to the page it came from.
 
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rules.corpus_shards import SHARD_BYTES, ShardWriter
+from rules.common.corpus import SHARD_BYTES, ShardWriter
 
 MetadataValue = str | int | float | bool | None
 

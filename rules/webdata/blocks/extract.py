@@ -38,9 +38,9 @@ from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLParserException, HTMLTree
 
-from rules.webdata.charsets import content_type, page_text
-from rules.webdata.documents import Document, MetadataValue, Skipped, Skips
-from rules.webdata.http_body import http_body
+from rules.webdata.blocks.charsets import content_type, page_text
+from rules.webdata.blocks.documents import Document, MetadataValue, Skipped, Skips
+from rules.webdata.blocks.http_body import http_body
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 WARC_MAGIC = b"WARC/"  # how every WARC record begins

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import BinaryIO, NoReturn
 
 from marinbuild.targets.context import StepFailed, die_with_parent
-from rules.webdata.documents import Document, Skips
-from rules.webdata.extract import OVER_BUDGET, ExtractConfig, Outcome, html_outcome, warc_outcomes
+from rules.webdata.blocks.documents import Document, Skips
+from rules.webdata.blocks.extract import OVER_BUDGET, ExtractConfig, Outcome, html_outcome, warc_outcomes
 
 _PROGRESS_SECONDS = 1.0  # between the parent's reports of the documents written
 

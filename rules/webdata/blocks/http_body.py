@@ -30,7 +30,7 @@ from collections.abc import Callable
 import brotli
 import zstandard
 
-from rules.webdata.documents import Skipped
+from rules.webdata.blocks.documents import Skipped
 
 _CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]+")  # a size past the body's end is a body cut short, whatever its size
 _CHUNK_LINE_BYTES = 4096  # a chunk-size line with its extensions; a longer one is no framing

@@ -6,21 +6,12 @@ supervised linear model over word n-grams, trained on documents labelled `__labe
 (the positive set, what good data looks like) and `__label__lq` (the negative set), each
 normalised to one line (`one_line`). A document's score is the model's probability of
 `__label__hq`, kept in its metadata (`quality_score`), so that a threshold
-(`filters.QualityThreshold`) or a top fraction of the corpus (the cut `top_fraction_cut`
+(`filters.scores.QualityThreshold`) or a top fraction of the corpus (the cut `top_fraction_cut`
 computes from every shard's `score_distribution.score_histogram`) keeps the best.
 
-Training is deterministic: fastText runs on one thread with the given seed, and the
-training file interleaves the two sets in proportion (never all positives first, which
-plain SGD would learn the order of) without shuffling them in memory, so the same
-documents and hyper-parameters give the same model file. One thread needs care: fastText
-(0.9.2 to today's, fasttext-numpy2 0.10.4 too) initialises its input matrix in ten blocks,
-one per thread (`DenseMatrix::uniform`), so on one thread only the first tenth is drawn
-and the rest is whatever memory the allocator returns: garbage now and then, and an
-"Encountered NaN" or a model that differs from run to run. A block of at least 32 MiB is
-always mapped fresh from the kernel by glibc's allocator (its mmap threshold is 32 MiB at
-most), which is zeros: so the hyper-parameters must make the matrix that large (`bucket x
-dim` >= 2^23 floats, with word n-grams, without which fastText drops the buckets), and
-then the same run gives the same bytes (tested), the untouched rows starting at zero.
+Training is deterministic, as blocks/fasttext.py explains: one thread, the given seed,
+the two sets interleaved in proportion, and an input matrix of at least 2^23 floats (with
+word n-grams), so the same documents and hyper-parameters give the same model file.
 """
 
 from __future__ import annotations
@@ -33,11 +24,18 @@ from typing import TYPE_CHECKING
 
 from marinbuild.targets.attrs import AttrError
 from marinbuild.targets.context import StepFailed
-from rules.webdata.documents import Document
-from rules.webdata.fasttext_train import MIN_INPUT_FLOATS, interleave, one_line, train_supervised
-from rules.webdata.filters import LABEL_PREFIX, QUALITY_SCORE, fasttext_model
-from rules.webdata.parameters import Parameters
-from rules.webdata.score_distribution import BINS
+from rules.webdata.blocks.documents import Document
+from rules.webdata.blocks.fasttext import (
+    LABEL_PREFIX,
+    MIN_INPUT_FLOATS,
+    fasttext_model,
+    interleave,
+    one_line,
+    train_supervised,
+)
+from rules.webdata.blocks.filters.scores import QUALITY_SCORE
+from rules.webdata.blocks.parameters import Parameters
+from rules.webdata.blocks.score_distribution import BINS
 
 if TYPE_CHECKING:  # imported where used: BUILD files check the hyper-parameters without numpy
     import numpy as np

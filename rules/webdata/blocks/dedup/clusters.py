@@ -1,246 +1,48 @@
-"""Deduplication of documents across all shards of a corpus: exact, near and paragraph.
+"""Phase 2 of dedup, once over every shard's signatures in the stable order (the inputs in
+their order, then the splits, then the shards by name; within one, documents keep their
+order), writing one small decision file per shard.
 
-A global step in three phases, each a function here that a rule calls:
-
-1. `map_shard`, once per shard: the shard's *signatures*, written as `.npy` files (a few
-   hundred bytes a document): a 128-bit hash of each document's normalised text
-   (`normalise`: Unicode NFKC, whitespace runs made one space), its MinHash signature
-   (`bands x rows` values of 32 bits over its word n-gram shingles, computed for a
-   batch of documents at once with numpy), and, for paragraph dedup, a 64-bit hash of
-   each paragraph.
-2. `find_clusters`, once, over every shard's signatures in a stable order (the rule sorts
-   shards by name; within one, documents keep their order): documents with the same
-   content hash are one cluster (exact), and, band by band, documents whose band of
-   `rows` values is equal are candidates, kept as near duplicates when their signatures
-   agree on at least `threshold` of their values (the estimated Jaccard similarity of
-   their shingle sets). The connected components are found by a union-find over
-   document positions held in numpy arrays; a component's first document by the stable
-   order is kept, and a member is removed only if its content is that document's or its
-   signature agrees with that document's on `threshold` of its values: a component
-   chains (A like B, B like C, A and C apart), so the members unlike the kept document
-   are clustered again among themselves, round after round, until none is left. Each
-   band is read from where it lies in each file and sorted once a round, so memory is a
-   few arrays of one value per document (81 bytes a document: 1,000,000 documents peak
-   at 131 MB of resident memory, docs/benchmarks.md), never all signatures, never a
-   Python object per document. With paragraph dedup, the kept documents' paragraphs
-   then go through a Bloom filter (`rbloom`) in the same order, and every paragraph seen
-   before is marked. It writes one small decision file per shard.
-3. `Deduplication.run`, once per shard: the shard's documents less the duplicates and
-   the marked paragraphs, and every member of a cluster (kept or removed, with its
-   cluster's id, the position of its first member) for the cluster files a researcher
-   inspects.
-
-Choices, by measurement on the generated corpus (bench/dedup.py, docs/benchmarks.md):
-MinHash is numpy over a batch of documents, not `datasketch` (its per-document Python
-loop and SHA-1 per shingle take 4 times the CPU for the same precision and recall); the
-seen paragraphs are an `rbloom` Bloom filter (2% of a set's memory); the defaults
-(5-word shingles, 25 bands of 4 rows, threshold 0.6) find the generated near duplicates
-(2% of words edited: Jaccard 0.66-0.9 on 5-grams) while pages that share a few
-paragraphs (up to about 0.4) stay apart.
-
-Every hash here is a pure function of the text and the seed (BLAKE2b for words, paragraphs
-and documents; splitmix64 mixing and seeded multiply-shift hashing for shingles), never
-Python's salted `hash()` of a string, so the same shard gives the same bytes in any
-process, on any machine.
-"""
+Documents with the same content hash are one cluster (exact), and, band by band,
+documents whose band of `rows` values is equal are candidates, kept as near duplicates
+when their signatures agree on at least `threshold` of their values (the estimated
+Jaccard similarity of their shingle sets). The connected components are found by a
+union-find over document positions held in numpy arrays; a component's first document is
+kept, and a member is removed only if its content is that document's or its signature
+agrees with that document's on `threshold` of its values: a component chains (A like B,
+B like C, A and C apart), so the members unlike the kept document are clustered again
+among themselves, round after round. Each band is read from where it lies in each file,
+so memory is a few arrays of one value per document (1,000,000 documents peak at 131 MB,
+docs/benchmarks.md), never all signatures. With paragraph dedup, the kept documents'
+paragraphs then go through a Bloom filter in the same order, and every paragraph seen
+before is marked."""
 
 from __future__ import annotations
 
-import hashlib
-import re
-import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from marinbuild.targets.attrs import JsonValue
-from marinbuild.targets.context import StepFailed
-from rules.webdata.dedup_config import MAX_HASHES, DedupConfig, FuzzyDedup, ParagraphDedup
-from rules.webdata.documents import Document, paragraphs
+from rules.webdata.blocks.dedup.config import DedupConfig, FuzzyDedup, ParagraphDedup
+from rules.webdata.blocks.dedup.signatures import (
+    CONTENT,
+    MINHASH,
+    PARAGRAPH_COUNTS,
+    PARAGRAPHS,
+    SHINGLE_STEP,
+    U64,
+    mix,
+)
 
 VERIFY_BYTES = 2**22  # of candidate pairs' signatures compared at once by the reduce
-BATCH_WORDS = 2**20  # words hashed in one numpy batch of a shard's map: ~50 MB of arrays
-WORD_CACHE = 2**20  # distinct words whose hashes the map remembers before starting afresh
-_WORD = re.compile(r"\w+")
-_U64 = np.uint64
-_PAD = _U64(0x5851F42D4C957F2D)  # the word a document shorter than a shingle is padded with
-_SHINGLE_STEP = _U64(0x9E3779B97F4A7C15)
 
 # Decision of find_clusters for each document, in `clusters.npy` files.
 UNIQUE, KEPT, EXACT, NEAR = 0, 1, 2, 3
 STATUS = {UNIQUE: "unique", KEPT: "kept", EXACT: "exact duplicate", NEAR: "near duplicate"}
 KEEPS = (UNIQUE, KEPT)
 DECISION = np.dtype([("cluster", "<i8"), ("status", "i1")])
-
-# What map_shard writes into its directory.
-CONTENT = "content.npy"  # (documents, 2) uint64: the 128-bit hash of the normalised text
-MINHASH = "minhash.npy"  # (bands, documents, rows) uint32: band-major, so a band is one read
-PARAGRAPHS = "paragraphs.npy"  # (paragraphs,) uint64, the shard's paragraphs in order
-PARAGRAPH_COUNTS = "paragraph_counts.npy"  # (documents,) uint32
-
-
-# -- hashing ----------------------------------------------------------------------------------
-
-
-def normalise(text: str) -> str:
-    """The text exact dedup compares: Unicode NFKC, whitespace runs one space, stripped, so
-    that two extractions of one page laid out apart are one document."""
-    return " ".join(unicodedata.normalize("NFKC", text).split())
-
-
-def _blake(text: str, size: int) -> bytes:
-    return hashlib.blake2b(normalise(text).encode(), digest_size=size).digest()
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser over an array of uint64 (Steele et al. 2014): every output bit
-    depends on every input bit."""
-    x = x ^ (x >> _U64(30))
-    x *= _U64(0xBF58476D1CE4E5B9)
-    x ^= x >> _U64(27)
-    x *= _U64(0x94D049BB133111EB)
-    return x ^ (x >> _U64(31))
-
-
-def _hash_functions(fuzzy: FuzzyDedup) -> tuple[np.ndarray, np.ndarray]:
-    """The seeded multiply-shift hash functions h(x) = (a x + b) >> 32 (a odd), derived by
-    splitmix64 from the seed (not numpy's generators, whose streams may change)."""
-    count = fuzzy.bands * fuzzy.rows
-    base = np.arange(2 * count, dtype=_U64) + _U64(fuzzy.seed) * _U64(2 * MAX_HASHES)
-    values = _mix(_mix(base + _U64(1)))
-    return values[:count] | _U64(1), values[count:]
-
-
-class _WordHashes:
-    """64-bit BLAKE2b hashes of words, remembered for the words of one shard."""
-
-    def __init__(self) -> None:
-        self._known: dict[str, int] = {}
-
-    def of(self, words: list[str]) -> np.ndarray:
-        known = self._known
-        if len(known) > WORD_CACHE:
-            known.clear()
-        for word in set(words).difference(known):
-            known[word] = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
-        return np.fromiter(map(known.__getitem__, words), dtype=_U64, count=len(words))
-
-
-def _signatures(words: Sequence[np.ndarray], fuzzy: FuzzyDedup, functions: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """The MinHash signatures, (documents, bands x rows) uint32, of documents given as arrays
-    of word hashes. A document shorter than a shingle is padded to one, so every document
-    has at least one shingle (an empty one the same as every other empty one)."""
-    n = fuzzy.ngram
-    padded = [w if len(w) >= n else np.concatenate([w, np.full(n - len(w), _PAD)]) for w in words]
-    lengths = np.fromiter(map(len, padded), dtype=np.int64, count=len(padded))
-    flat = np.concatenate(padded)
-    starts = len(flat) - n + 1
-    shingles = flat[:starts].copy()
-    for k in range(1, n):
-        shingles = _mix(shingles * _SHINGLE_STEP ^ flat[k : starts + k])
-    counts = lengths - n + 1  # the shingles starting inside each document
-    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    first_word = np.cumsum(lengths) - lengths
-    shingles = shingles[np.repeat(first_word - offsets, counts) + np.arange(counts.sum())]
-    a, b = functions
-    signatures = np.empty((len(words), len(a)), dtype=np.uint32)
-    for j in range(len(a)):
-        hashed = shingles * a[j]
-        hashed += b[j]
-        hashed >>= _U64(32)
-        signatures[:, j] = np.minimum.reduceat(hashed, offsets)
-    return signatures
-
-
-# -- phase 1: a shard's signatures ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ShardSignatures:
-    """What `map_shard` keeps of one shard's documents, in their order: the arrays of the
-    files CONTENT, MINHASH, PARAGRAPHS and PARAGRAPH_COUNTS (the last three None when
-    their dedup is off)."""
-
-    content: np.ndarray
-    minhash: np.ndarray | None = None
-    paragraphs: np.ndarray | None = None
-    paragraph_counts: np.ndarray | None = None
-
-    def save(self, directory: Path) -> None:
-        """Write the arrays as .npy files into `directory`, in C order (the reduce reads a band
-        where it lies): the same arrays, the same bytes."""
-        directory.mkdir(parents=True, exist_ok=True)
-        for name, array in self._files().items():
-            if array is not None:
-                np.save(directory / name, np.ascontiguousarray(array), allow_pickle=False)
-
-    def _files(self) -> dict[str, np.ndarray | None]:
-        return {
-            CONTENT: self.content,
-            MINHASH: self.minhash,
-            PARAGRAPHS: self.paragraphs,
-            PARAGRAPH_COUNTS: self.paragraph_counts,
-        }
-
-
-class _MinHasher:
-    """The MinHash signatures of a shard's documents, computed a batch of about BATCH_WORDS
-    words at a time, so memory is a batch's arrays and the signatures, whatever the shard."""
-
-    def __init__(self, fuzzy: FuzzyDedup):
-        self.fuzzy = fuzzy
-        self.functions = _hash_functions(fuzzy)
-        self.words = _WordHashes()
-        self.done: list[np.ndarray] = []
-        self.batch: list[np.ndarray] = []
-        self.batch_words = 0
-
-    def add(self, text: str) -> None:
-        self.batch.append(self.words.of(_WORD.findall(text.lower())))
-        self.batch_words += len(self.batch[-1])
-        if self.batch_words >= BATCH_WORDS:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self.batch:
-            self.done.append(_signatures(self.batch, self.fuzzy, self.functions))
-        self.batch, self.batch_words = [], 0
-
-    def signatures(self) -> np.ndarray:
-        """Every document's signature, band-major: (bands, documents, rows)."""
-        self._flush()
-        hashes = self.fuzzy.bands * self.fuzzy.rows
-        found = np.concatenate(self.done) if self.done else np.empty((0, hashes), np.uint32)
-        return found.reshape(len(found), self.fuzzy.bands, self.fuzzy.rows).transpose(1, 0, 2)
-
-
-def map_shard(documents: Iterable[Document], config: DedupConfig, out: Path) -> int:
-    """Write the signatures of one shard's `documents` into the directory `out`; the number
-    of documents."""
-    content: list[bytes] = []
-    paragraph_hashes: list[bytes] = []
-    paragraph_counts: list[int] = []
-    minhasher = _MinHasher(config.fuzzy) if config.fuzzy else None
-    for document in documents:
-        content.append(_blake(document.text, 16))
-        if config.paragraphs:
-            found = paragraphs(document.text)
-            paragraph_hashes += [_blake(paragraph, 8) for paragraph in found]
-            paragraph_counts.append(len(found))
-        if minhasher:
-            minhasher.add(document.text)
-    ShardSignatures(
-        content=np.frombuffer(b"".join(content), dtype="<u8").reshape(len(content), 2),
-        minhash=minhasher.signatures() if minhasher else None,
-        paragraphs=np.frombuffer(b"".join(paragraph_hashes), dtype="<u8") if config.paragraphs else None,
-        paragraph_counts=np.array(paragraph_counts, dtype="<u4") if config.paragraphs else None,
-    ).save(out)
-    return len(content)
-
-
-# -- phase 2: clusters over all shards ------------------------------------------------------------
 
 
 def _roots(parent: np.ndarray, nodes: np.ndarray) -> np.ndarray:
@@ -328,9 +130,9 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
 
 def _band_keys(band: np.ndarray) -> np.ndarray:
     """One 64-bit key per document for the `rows` values of a band."""
-    keys = np.zeros(len(band), dtype=_U64)
+    keys = np.zeros(len(band), dtype=U64)
     for column in range(band.shape[1]):
-        keys = _mix(keys * _SHINGLE_STEP ^ band[:, column].astype(_U64))
+        keys = mix(keys * SHINGLE_STEP ^ band[:, column].astype(U64))
     return keys
 
 
@@ -511,74 +313,3 @@ def _duplicate_paragraphs(
         np.save(path, duplicate, allow_pickle=False)
         marked.append(replace(decisions[index], paragraphs=path))
     return marked
-
-
-# -- phase 3: a shard deduplicated ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ClusterMember:
-    """A document of a cluster of two or more, as `find_clusters` decided: the first member,
-    kept, or a duplicate removed. `cluster` is the first member's position in the stable
-    order, the same in every shard's cluster file."""
-
-    document: Document
-    cluster: int
-    status: str
-
-    def to_json(self) -> dict[str, object]:
-        return {"cluster": self.cluster, "status": self.status, **self.document.to_json()}
-
-
-@dataclass
-class Deduplication:
-    """One shard's documents less what `find_clusters` removed, and its counts. A kept
-    document that paragraph dedup leaves without a paragraph is dropped too (`emptied`),
-    though its cluster file names it kept: all of its text is in earlier documents."""
-
-    decisions: ShardDecisions
-    documents: int = 0
-    kept: int = 0
-    removed: dict[str, int] = field(default_factory=lambda: {STATUS[EXACT]: 0, STATUS[NEAR]: 0})
-    paragraphs_removed: int = 0
-    emptied: int = 0  # kept documents every paragraph of which was a repeat
-
-    def run(self, documents: Iterable[Document]) -> Iterator[Document | ClusterMember]:
-        """Each document kept (its repeated paragraphs removed), and each cluster member (a
-        kept one is yielded as both), in the shard's order."""
-        decisions = np.load(self.decisions.clusters)
-        marks = np.load(self.decisions.paragraphs) if self.decisions.paragraphs else None
-        at = 0
-        for position, document in enumerate(documents):
-            if position >= len(decisions):
-                raise StepFailed(f"the shard has more documents than its decisions ({len(decisions)})")
-            self.documents += 1
-            cluster, status = int(decisions["cluster"][position]), int(decisions["status"][position])
-            if cluster >= 0:
-                yield ClusterMember(document, cluster, STATUS[status])
-            if marks is not None:
-                found = paragraphs(document.text)
-                repeated, at = marks[at : at + len(found)], at + len(found)
-                if status in KEEPS and repeated.any():
-                    self.paragraphs_removed += int(repeated.sum())
-                    left = [paragraph for paragraph, drop in zip(found, repeated) if not drop]
-                    if not left:
-                        self.emptied += 1
-                        continue
-                    document = replace(document, text="\n\n".join(left))
-            if status in KEEPS:
-                self.kept += 1
-                yield document
-            else:
-                self.removed[STATUS[status]] += 1
-        if self.documents != len(decisions) or (marks is not None and at != len(marks)):
-            raise StepFailed(f"the shard's {self.documents} documents are not those its decisions were made for")
-
-    def to_json(self) -> Mapping[str, JsonValue]:
-        return {
-            "documents": self.documents,
-            "kept": self.kept,
-            "removed": dict(self.removed),
-            "paragraphs_removed": self.paragraphs_removed,
-            "emptied": self.emptied,
-        }

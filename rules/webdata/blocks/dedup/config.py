@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from marinbuild.targets.attrs import AttrError, JsonValue
-from rules.webdata.parameters import Parameters
+from rules.webdata.blocks.parameters import Parameters
 
 _P = TypeVar("_P", bound=Parameters)
 MAX_HASHES = 1024  # bands x rows: a signature of 4 KiB a document at most
