@@ -1,8 +1,9 @@
 """Which rules a workspace's BUILD files can call: the built-ins plus its rule modules.
 
-Rule modules are named in the workspace settings (`rules = ["rules.lm"]`) and imported
+Rule modules are named in the workspace settings (`rules = ["rules.lm.decls"]`) and imported
 from the workspace root; every `Rule` they define at module level becomes a global of
-BUILD.marin and .star files under its own name.
+BUILD.marin and .star files under its own name. A package of rules may list the modules it
+moved (`MOVED_MODULES`), so that a workspace naming an old one fails with the new name.
 
 Loading runs some of their code (a rule's `validate`, computed defaults, its attribute
 types), so the package cache trusts a package only while that code is unchanged:
