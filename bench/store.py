@@ -67,8 +67,8 @@ from urllib.parse import urlsplit
 import benchlib
 import gen_workspace as gen
 
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import NullReporter
+from marinbuild.actions.bookkeeping.results import NullReporter
+from marinbuild.actions.execution.build_options import BuildOptions
 from marinbuild.session import Session
 from marinbuild.store import StoreSpec, open_store
 from marinbuild.store.local_cache import LocalCache

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import NullReporter
+from marinbuild.actions.bookkeeping.results import NullReporter
+from marinbuild.actions.execution.build_options import BuildOptions
 from marinbuild.errors import StoreError
 from marinbuild.provenance.compare import Comparison
 from marinbuild.session import Session

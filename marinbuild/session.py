@@ -24,25 +24,32 @@ from typing import TYPE_CHECKING
 
 from marinbuild import provenance
 from marinbuild import store as stores
-from marinbuild.actions.accelerators import local_accelerators, missing
-from marinbuild.actions.build_options import BuildOptions, Egress, Hooks
-from marinbuild.actions.build_provenance import Provenance
-from marinbuild.actions.events import EventStream, HitsRecorded, Tee
-from marinbuild.actions.executor import Executor
-from marinbuild.actions.graph import Graph, build_graph, expand_patterns
-from marinbuild.actions.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
-from marinbuild.actions.keys import checkpoint_key
-from marinbuild.actions.noop_certificate import (
+from marinbuild.actions.analysis.graph import Graph, build_graph, expand_patterns
+from marinbuild.actions.analysis.keys import checkpoint_key
+from marinbuild.actions.analysis.pins import Pinned, Pins
+from marinbuild.actions.bookkeeping.build_provenance import Provenance
+from marinbuild.actions.bookkeeping.events import EventStream, HitsRecorded, Tee
+from marinbuild.actions.bookkeeping.noop_certificate import (
     NOOP_CERTIFICATE_ENV,
     Certified,
     NoopCertificate,
     Warnings,
     environment_context,
 )
-from marinbuild.actions.pins import Pinned, Pins
-from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult, pending_json
-from marinbuild.actions.resume import resume_point
-from marinbuild.actions.scheduler import Scheduler
+from marinbuild.actions.bookkeeping.results import (
+    BuildResult,
+    NullReporter,
+    Reporter,
+    Status,
+    TargetResult,
+    pending_json,
+)
+from marinbuild.actions.execution.accelerators import local_accelerators, missing
+from marinbuild.actions.execution.build_options import BuildOptions, Egress, Hooks
+from marinbuild.actions.execution.executor import Executor
+from marinbuild.actions.execution.hermetic import COMPILATION_CACHE_DIR, StepSettings, with_compilation_cache
+from marinbuild.actions.execution.resume import resume_point
+from marinbuild.actions.execution.scheduler import Scheduler
 from marinbuild.consulted import Consulted, code_files, recording
 from marinbuild.errors import AcceleratorMissing, EgressOverBudget, GraphError, StoreError, StoreReadOnly
 from marinbuild.hashing import StatCache
@@ -54,7 +61,7 @@ from marinbuild.packages.rule_modules import loading_code, workspace_rules
 from marinbuild.provenance.explain import Explanation, explain_miss, explain_target, recipe_changes
 from marinbuild.provenance.log_tail import HolderLogTail
 from marinbuild.store import ActionCache, AttemptStatus, Outputs
-from marinbuild.store.action_cache import ENTRY_FORMAT
+from marinbuild.store.entries import ENTRY_FORMAT
 from marinbuild.store.layout import BOOKKEEPING_AREAS
 from marinbuild.store.mirrors import REGION_ENV, BucketRegions, MirrorHit, Mirrors, arrange, budget_line
 from marinbuild.store.records import Records
@@ -238,7 +245,7 @@ class Session:
         Run here (not on Ray), a step asking for an accelerator this machine lacks is an
         error before anything runs, unless `allow_cpu`: JAX would quietly use the CPU.
 
-        A no-op whose certificate holds (actions/noop_certificate.py) is answered from it;
+        A no-op whose certificate holds (actions/bookkeeping/noop_certificate.py) is answered from it;
         a build that could be certified records what it consults, and certifies itself if
         every target was cached."""
         certificate = self._noop_certificate(patterns, options, events, allow_cpu)
@@ -450,7 +457,7 @@ class Session:
     ) -> None:
         """Written when the build starts and again when it ends (provenance/history.py).
         The provenance is the build's, so git is asked about the workspace once per build;
-        `certified`: the results are a no-op certificate's (actions/noop_certificate.py)."""
+        `certified`: the results are a no-op certificate's (actions/bookkeeping/noop_certificate.py)."""
         if list(result.results) == order:  # every target has its result, in the graph's order
             targets = result.targets_json()
         elif not result.results:  # the build starts
@@ -512,7 +519,7 @@ class Session:
 
     def pin(self, patterns: Sequence[str]) -> list[Pinned]:
         """Pin the external artifacts the patterns name: list what each URL holds (nothing
-        is downloaded) and record its digest in marinbuild.lock (actions/pins.py)."""
+        is downloaded) and record its digest in marinbuild.lock (actions/analysis/pins.py)."""
         graph = self.plan(patterns)
         targets = [graph.targets[label] for label in graph.requested if graph.targets[label].rule.pinned]
         if not targets:

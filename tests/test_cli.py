@@ -25,8 +25,8 @@ from conftest import (
 )
 
 import marinbuild
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import BuildResult, NullReporter, Status, TargetResult, pending_json
+from marinbuild.actions.bookkeeping.results import BuildResult, NullReporter, Status, TargetResult, pending_json
+from marinbuild.actions.execution.build_options import BuildOptions
 from marinbuild.cli.main import cli
 from marinbuild.session import Session
 from marinbuild.targets.rule import Resources

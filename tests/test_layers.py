@@ -39,7 +39,7 @@ def test_the_tree_keeps_every_layer_contract():
     [
         # Execution reading history back: the cycle issue #14 removed.
         (
-            "marinbuild/actions/scheduler.py",
+            "marinbuild/actions/execution/scheduler.py",
             "from marinbuild.provenance import explain",
             "A build goes down the layers",
         ),
@@ -54,13 +54,21 @@ def test_the_tree_keeps_every_layer_contract():
         # The scheduler's and the command's modules: a split that goes back on itself
         # (the planner using the scheduler that composes it, what kept checkpoints need
         # reaching up to the planner that uses them, the record of a build to its runner).
-        ("marinbuild/actions/planning.py", "from marinbuild.actions.scheduler import Scheduler", "No import cycles"),
         (
-            "marinbuild/actions/checkpoint_reads.py",
-            "from marinbuild.actions.planning import Planner",
+            "marinbuild/actions/execution/planning.py",
+            "from marinbuild.actions.execution.scheduler import Scheduler",
             "No import cycles",
         ),
-        ("marinbuild/actions/build_state.py", "from marinbuild.actions.running import Outcome", "No import cycles"),
+        (
+            "marinbuild/actions/execution/checkpoint_reads.py",
+            "from marinbuild.actions.execution.planning import Planner",
+            "No import cycles",
+        ),
+        (
+            "marinbuild/actions/execution/build_state.py",
+            "from marinbuild.actions.execution.running import Outcome",
+            "No import cycles",
+        ),
         ("marinbuild/cli/base.py", "from marinbuild.cli.main import cli", "No import cycles"),
     ],
 )

@@ -12,8 +12,8 @@ import pytest
 from conftest import store_files
 from helpers_workspace import new_workspace
 
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import NullReporter
+from marinbuild.actions.bookkeeping.results import NullReporter
+from marinbuild.actions.execution.build_options import BuildOptions
 from marinbuild.session import Session
 
 BUILD = """\

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import BuildResult
+from marinbuild.actions.bookkeeping.results import BuildResult
+from marinbuild.actions.execution.build_options import BuildOptions
 from marinbuild.cli.base import EXIT_FAILED, PatternsCommand, handles_errors, make_reporter, open_session
 from marinbuild.cli.progress import PlanReporter
 from marinbuild.targets.rule import Resources

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.executor import Dependencies, Executor, UnitInput, WorkerLost
-from marinbuild.actions.hermetic import StepSettings
+from marinbuild.actions.execution.executor import Dependencies, Executor, UnitInput, WorkerLost
+from marinbuild.actions.execution.hermetic import StepSettings
 from marinbuild.cluster.distributed import rendezvous
 from marinbuild.cluster.placement import Placement, placement
 from marinbuild.cluster.ray_host import StepHost, dependencies_to_json
@@ -136,7 +136,7 @@ class RayExecutor(Executor):
         finally:
             _release([*hosts, *reservations])
 
-    # -- the units of a sharded step (actions/shards.py) ----------------------------------
+    # -- the units of a sharded step (actions/execution/shards.py) ----------------------------------
 
     def unit_slots(self, resources: Resources) -> int:
         """As many units at once as the cluster has CPUs (Ray queues what does not fit)."""

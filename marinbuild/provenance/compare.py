@@ -40,8 +40,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marinbuild.actions.graph import Graph
-from marinbuild.actions.results import BuildResult, Status
+from marinbuild.actions.analysis.graph import Graph
+from marinbuild.actions.bookkeeping.results import BuildResult, Status
 from marinbuild.errors import GraphError
 from marinbuild.provenance.attempts import label_attempts
 from marinbuild.store import ActionCache, AttemptStatus, CacheEntry

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.graph import Checkpoint, Graph, SourceFile
-from marinbuild.actions.keys import short
+from marinbuild.actions.analysis.graph import Checkpoint, Graph, SourceFile
+from marinbuild.actions.analysis.keys import short
 from marinbuild.errors import Location, StoreError
 from marinbuild.labels import parse_label
 from marinbuild.provenance.attempts import key_attempts
@@ -59,7 +59,7 @@ def stored_recipe(cache: ActionCache, key: str) -> StoredRecipe:
             )
         record = attempts[-1].record
         recipe = {"rule": record["rule"], "version": record["rule_version"]}
-    if "shard_of" in record:  # a unit of a sharded step (actions/shards.py) runs with its step
+    if "shard_of" in record:  # a unit of a sharded step (actions/execution/shards.py) runs with its step
         step = record["shard_of"]
         raise StoreError(
             f"{short(key)} is the unit {record['shard']} of the sharded step {step['label']}, and reruns with it",
@@ -225,7 +225,7 @@ def check_outputs(cache: ActionCache, rule: Rule, key: str, side: Path) -> Check
 def _with_kept_states(cache: ActionCache, manifest: Manifest, entry: CacheEntry | str) -> Manifest:
     """What the step wrote into its output: its published files and, under
     `checkpoint_dir(step)`, each state it kept, which lives in its own entry (a run aside
-    publishes nothing, so its output still holds them; actions/kept_states.py)."""
+    publishes nothing, so its output still holds them; actions/execution/kept_states.py)."""
     if not isinstance(entry, CacheEntry):
         return manifest
     files = list(manifest.files)

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from marinbuild.actions.keys import checkpoint_key
+from marinbuild.actions.analysis.keys import checkpoint_key
 from marinbuild.errors import StoreError
 from marinbuild.store import ActionCache, CacheEntry, layout
 from marinbuild.store.mirrors import MirrorHit
@@ -86,7 +86,7 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
         "metrics": read_metrics(cache, entry, rule) if hit is None else {},
         # The states it kept, each an entry of its own (`show KEY` describes one), by step.
         **({"checkpoints": kept_entries, "checkpoint_outputs": kept_at} if kept else {}),
-        # The units a sharded step mapped (actions/shards.py), each an entry `show KEY` describes.
+        # The units a sharded step mapped (actions/execution/shards.py), each an entry `show KEY` describes.
         **({"shards": record["shards"]} if record.get("shards") else {}),
         # What the attempt that made the output measured (`ctx.measure`): not part of it.
         "measured": record.get("measured", {}),

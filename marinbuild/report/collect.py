@@ -18,13 +18,13 @@ from functools import cached_property
 from typing import Any
 
 from marinbuild import provenance
-from marinbuild.actions.graph import Graph
-from marinbuild.actions.results import Status, TargetResult
+from marinbuild.actions.analysis.graph import Graph
+from marinbuild.actions.bookkeeping.results import Status, TargetResult
 from marinbuild.packages.rule_modules import workspace_rules
 from marinbuild.provenance.compare import Differences, entry_reader, metric_rows, side_by_side
 from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
-from marinbuild.store.action_cache import CacheEntry
+from marinbuild.store.entries import CacheEntry
 from marinbuild.store.manifest import FileEntry
 from marinbuild.store.mirrors import MirrorHit
 from marinbuild.targets.rule import Target
@@ -77,7 +77,7 @@ class StepReport:
     # Small outputs read for the report; filled once, before anything parses them.
     files: dict[str, OutputFile] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # output files whose bytes did not match
-    pin: dict[str, Any] | None = None  # an external artifact's: where it lives, its pin (actions/pins.py)
+    pin: dict[str, Any] | None = None  # an external artifact's: where it lives, its pin (actions/analysis/pins.py)
     copied: dict[str, Any] | None = None  # where its entry was copied from, if from a mirror (store/mirrors.py)
     mirrored: MirrorHit | None = None  # where its entry is if only in a mirror (no output is read there)
 

@@ -15,7 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.keys import checkpoint_key
+from marinbuild.actions.analysis.keys import checkpoint_key
 from marinbuild.hashing import digest_bytes
 from marinbuild.provenance import AttemptRecord
 from marinbuild.provenance.compare import Differences, evaluation_columns

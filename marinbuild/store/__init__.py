@@ -8,8 +8,10 @@ from pathlib import Path
 from marinbuild.errors import StoreError
 from marinbuild.hashing import StatCache
 from marinbuild.store import layout
-from marinbuild.store.action_cache import (
-    ActionCache,
+from marinbuild.store.action_cache import ActionCache
+from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec
+from marinbuild.store.deadlines import StorePolicy
+from marinbuild.store.entries import (
     Attempt,
     AttemptStatus,
     CacheEntry,
@@ -20,8 +22,6 @@ from marinbuild.store.action_cache import (
     attempt_id_time,
     new_attempt_id,
 )
-from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec
-from marinbuild.store.deadlines import StorePolicy
 from marinbuild.store.local import LocalStore
 from marinbuild.store.records import Records
 from marinbuild.store.transfers import reporting_transfers

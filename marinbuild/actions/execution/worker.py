@@ -18,7 +18,7 @@ import threading
 import traceback
 from typing import TextIO
 
-from marinbuild.actions.logs import step_logger
+from marinbuild.actions.execution.logs import step_logger
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import import_impl
 
