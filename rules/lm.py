@@ -19,10 +19,11 @@ from typing import Any
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, AttrError, JsonValue
 from marinbuild.targets.context import Context
+from marinbuild.targets.outputs import Curves
 from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule, StepInput, checkpoint_name
 from rules import lm_config
 from rules.hub import NO_TORCH
-from rules.training_resume import ReadScratch, resume_step
+from rules.training_resume import METRICS, ReadScratch, resume_step
 
 ML_PACKAGES = ("jax", "jaxlib", "levanter", "haliax", "optax")
 # The modules behind the rules that run Levanter (their digests are recorded in each entry).
@@ -236,6 +237,7 @@ TRAINING_RUN: dict[str, Any] = {
     # A preempted or killed run resumes from its checkpoints in the key's scratch.
     "retry": RetryPolicy(worker_lost=10),
     "metrics_file": "summary.json",
+    "curves": Curves(METRICS, ("train/loss", "eval/loss"), per_set="eval/*/loss"),
     "resume_point": resume_point,
     # Bit-identical on CPU with a fixed seed, but not promised across machines and XLA versions.
     "check_metrics": {

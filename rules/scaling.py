@@ -16,6 +16,7 @@ from pathlib import Path
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context
+from marinbuild.targets.outputs import ReportSection
 from marinbuild.targets.rule import Execution, Resources, Rule
 from rules.lm_ranges import check_attrs
 
@@ -115,6 +116,9 @@ fit_scaling_law = Rule(
     },
     validate=_validate,
     headline=_headline,
+    report_section=ReportSection(
+        "rules.scaling_report:fit_section", (FIT_FILE,), "Scaling law", "Scaling laws", "scaling"
+    ),
     execution=Execution.SUBPROCESS,
     resources=Resources(cpu=1, memory_gb=1),
     packages=("numpy", "matplotlib"),

@@ -30,7 +30,8 @@ from test_docs_commands import DOC_COMMANDS
 from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _workspace
 
 import marinbuild
-from marinbuild.provenance.compare import Curve, evaluation_columns
+from marinbuild.provenance.compare import Curve
+from marinbuild.provenance.metrics import evaluation_columns
 from rules.levanter_trackers import run_id
 
 SWEEP = """
@@ -277,6 +278,7 @@ import json
 
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr
+from marinbuild.targets.outputs import Curves
 from marinbuild.targets.rule import Rule
 
 
@@ -346,12 +348,14 @@ train = Rule(
         "learning_rate": Attr(types.FLOAT, default=0.01),
     },
     metrics_file="summary.json",
+    curves=Curves("metrics.jsonl", ("train/loss",)),
 )
 fine_tune = Rule(
     name="fine_tune",
     impl=_fine_tune,
     attrs={"base": Attr(types.LABEL), "data": Attr(types.LABEL), "learning_rate": Attr(types.FLOAT, default=0.001)},
     metrics_file="summary.json",
+    curves=Curves("metrics.jsonl", ("train/loss",)),
 )
 evaluate = Rule(
     name="evaluate",

@@ -27,6 +27,7 @@ from marinbuild.actions.analysis.keys import short
 from marinbuild.errors import Location, StoreError
 from marinbuild.labels import parse_label
 from marinbuild.provenance.attempts import key_attempts
+from marinbuild.provenance.metrics import directory_metrics
 from marinbuild.store import ActionCache, CacheEntry
 from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
 from marinbuild.targets.rule import Rule, Target, checkpoint_dir
@@ -197,15 +198,6 @@ def compare_metrics(
     return differences
 
 
-def read_metrics(directory: Path, rule: Rule) -> dict[str, Any]:
-    if rule.metrics_file is None:
-        return {}
-    try:
-        return json.loads((directory / rule.metrics_file).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def check_outputs(cache: ActionCache, rule: Rule, key: str, side: Path) -> CheckReport:
     """Compare a rerun's outputs in `side` with those published under `key`."""
     outputs = cache.lookup(key).outputs
@@ -216,9 +208,9 @@ def check_outputs(cache: ActionCache, rule: Rule, key: str, side: Path) -> Check
     if rule.check_metrics is None:
         published = _with_kept_states(cache, outputs.manifest, entry)
         return CheckReport(key, label, side, "bytes", compare_bytes(published, hash_tree(side)))
-    recorded = read_metrics(cache.local_dir(outputs), rule)
+    recorded = directory_metrics(cache.local_dir(outputs), rule)
     return CheckReport(
-        key, label, side, "metrics", compare_metrics(recorded, read_metrics(side, rule), rule.check_metrics)
+        key, label, side, "metrics", compare_metrics(recorded, directory_metrics(side, rule), rule.check_metrics)
     )
 
 
