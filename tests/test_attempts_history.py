@@ -100,7 +100,7 @@ def test_attempts_of_a_label_span_its_keys_and_outlive_its_build_file(make_works
     assert "boom-on-stderr" in provenance.read_log(session.store, recorded[1])
     [item] = history(session, ["//pkg:bad"], limit=1)
     assert [(outcome.label, outcome.status) for outcome, _ in item.outcomes] == [("//pkg:bad", "failed")]
-    assert item.outcomes[0][1] == attempts[1]
+    assert item.outcomes[0][1] == recorded[1]
 
 
 def test_a_running_step_shows_its_log_and_an_interrupted_one_is_cancelled(make_workspace):

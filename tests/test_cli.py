@@ -470,7 +470,6 @@ def test_a_build_on_a_local_store_imports_no_remote_store_machinery(make_workspa
         """\
         import json, sys
         from marinbuild.cli.main import cli
-from marinbuild.commands.build import build as build_targets
         try:
             cli(["--workspace", sys.argv[1], "build", "//..."], standalone_mode=False)
         except SystemExit:

@@ -335,6 +335,8 @@ def _evaluated(metrics):
     return {"+".join(metrics["sets"]): {"loss": metrics["loss"]}, **metrics["sets"]}
 
 
+# What makes a step a run, as train_lm declares it: its summary, and its curves.
+RUN = {"metrics_file": "summary.json", "curves": Curves("metrics.jsonl", ("train/loss",))}
 pages = Rule(name="pages", impl=_pages, attrs={"seed": Attr(types.INT)})
 score_cut = Rule(name="score_cut", impl=_score, attrs={"data": Attr(types.LABEL), "threshold": Attr(types.FLOAT)})
 dedup_docs = Rule(name="dedup_docs", impl=_dedup, attrs={"data": Attr(types.LABEL)})
@@ -347,15 +349,13 @@ train = Rule(
         "model": Attr(types.DICT, default={"hidden": 32, "layers": 2}),
         "learning_rate": Attr(types.FLOAT, default=0.01),
     },
-    metrics_file="summary.json",
-    curves=Curves("metrics.jsonl", ("train/loss",)),
+    **RUN,
 )
 fine_tune = Rule(
     name="fine_tune",
     impl=_fine_tune,
     attrs={"base": Attr(types.LABEL), "data": Attr(types.LABEL), "learning_rate": Attr(types.FLOAT, default=0.001)},
-    metrics_file="summary.json",
-    curves=Curves("metrics.jsonl", ("train/loss",)),
+    **RUN,
 )
 evaluate = Rule(
     name="evaluate",

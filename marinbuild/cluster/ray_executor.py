@@ -29,7 +29,8 @@ from marinbuild.cluster.ray_host import StepHost, dependencies_to_json
 from marinbuild.cluster.ray_units import run_unit, unit_request
 from marinbuild.errors import ClusterError
 from marinbuild.network import unreachable
-from marinbuild.store import Store, Uploaded
+from marinbuild.store import Store
+from marinbuild.store.entries import Uploaded
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Resources, Target
 

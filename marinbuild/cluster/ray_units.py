@@ -26,7 +26,8 @@ from marinbuild.actions.execution.hermetic import step_environment
 from marinbuild.cluster.ray_host import LOCAL_DIR
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
-from marinbuild.store import ActionCache, AttemptStatus, Staging, StoreSpec, layout, open_store
+from marinbuild.store import ActionCache, AttemptStatus, StoreSpec, layout, open_store
+from marinbuild.store.entries import Staging
 from marinbuild.store.manifest import FileEntry, Manifest
 from marinbuild.targets.context import Context, InputFiles, StepFailed
 

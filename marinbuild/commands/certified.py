@@ -4,7 +4,6 @@ and recorded exactly as the full path would."""
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
@@ -22,7 +21,7 @@ from marinbuild.actions.bookkeeping.noop_certificate import (
 )
 from marinbuild.actions.bookkeeping.results import BuildResult, Reporter
 from marinbuild.actions.execution.build_options import BuildOptions
-from marinbuild.commands.invocation import record_invocation
+from marinbuild.commands.invocation import InvocationRecord
 from marinbuild.session import Session
 from marinbuild.store.layout import BOOKKEEPING_AREAS
 from marinbuild.store.records import Records
@@ -78,17 +77,10 @@ def serve_certified(session: Session, certified: Certified, patterns: list[str],
     stores.require_leases(store, session.unsafe_no_locking)
     stream = EventStream()
     tee = Tee(reporter, stream)
-    record = functools.partial(
-        record_invocation,
-        session,
-        Records(store),
-        "build",
-        patterns,
-        Provenance(session.workspace.root),
-        time.time(),
-        list(certified.results),
+    invocation = InvocationRecord(
+        session, Records(store), "build", patterns, Provenance(session.workspace.root), list(certified.results)
     )
-    record(BuildResult(certified.requested), "running", certified=True)
+    invocation.write(BuildResult(certified.requested), "running", certified=True)
     started = time.monotonic()
     tee.build_started(certified.total)
     for item in certified.results.values():
@@ -98,5 +90,5 @@ def serve_certified(session: Session, certified: Certified, patterns: list[str],
     result = certified.build_result()
     result.elapsed_s = time.monotonic() - started
     tee.build_finished(result)
-    record(result, "succeeded", stream, certified=True)
+    invocation.write(result, "succeeded", stream, certified=True)
     return result

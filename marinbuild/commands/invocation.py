@@ -10,6 +10,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from marinbuild import store as stores
@@ -23,6 +24,54 @@ from marinbuild.actions.execution.scheduler import Scheduler
 from marinbuild.errors import EgressOverBudget, StoreReadOnly
 from marinbuild.session import Session
 from marinbuild.store.records import Records
+
+
+@dataclass(frozen=True)
+class InvocationRecord:
+    """One run of steps as the store's history records it: written when it starts and again
+    when it ends (provenance/history.py). The provenance is the run's, so git is asked about
+    the workspace once per build."""
+
+    session: Session
+    records: Records
+    command: str
+    patterns: Sequence[str]
+    provenance: Provenance
+    order: list[str]  # the graph's labels, in its order
+    started: float = field(default_factory=time.time)
+
+    def write(
+        self, result: BuildResult, outcome: str, stream: EventStream | None = None, certified: bool = False
+    ) -> None:
+        """The record as of `result`; `certified`: the results are a no-op certificate's
+        (commands/certified.py)."""
+        order = self.order
+        if list(result.results) == order:  # every target has its result, in the graph's order
+            targets = result.targets_json()
+        elif not result.results:  # the build starts
+            targets = pending_json(order)
+        else:
+            results = result.results
+            targets = json.dumps(
+                [
+                    results[label].to_json() if label in results else {"label": label, "key": None, "status": "pending"}
+                    for label in order
+                ]
+            )
+        record = {
+            "id": self.provenance.invocation_id,
+            "command": self.command,
+            "patterns": list(self.patterns),
+            "cwd": os.fspath(self.session.cwd),
+            "workspace": os.fspath(self.session.workspace.root),  # which checkout (`cache gc` on a shared store)
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            "duration_s": round(time.time() - self.started, 3),
+            "result": outcome,
+            "counts": result.counts,
+            **self.provenance.invocation,
+            **({"noop_certificate": True} if certified else {}),
+        }
+        self.records.write_invocation(record, None if stream is None else stream.jsonl, targets)
 
 
 def run_recorded(
@@ -41,17 +90,10 @@ def run_recorded(
     hits = HitsRecorded()
     executor = _executor(session, options)
     scheduler = session.scheduler(graph, options, Tee(reporter, stream, hits), executor, salt)
-    record = functools.partial(
-        record_invocation,
-        session,
-        session.cache.records,
-        command,
-        patterns,
-        scheduler.provenance,
-        time.time(),
-        scheduler.graph.order,
-        scheduler.result,
+    invocation = InvocationRecord(
+        session, session.cache.records, command, patterns, scheduler.provenance, scheduler.graph.order
     )
+    record = functools.partial(invocation.write, scheduler.result)
     try:
         record("running")
     except StoreReadOnly as refused:
@@ -93,47 +135,3 @@ def _executor(session: Session, options: BuildOptions) -> Executor | None:
         options.ray_shared_scratch,
         options.steps,
     )
-
-
-def record_invocation(
-    session: Session,
-    records: Records,
-    command: str,
-    patterns: Sequence[str],
-    provenance: Provenance,
-    started: float,
-    order: list[str],
-    result: BuildResult,
-    outcome: str,
-    stream: EventStream | None = None,
-    certified: bool = False,
-) -> None:
-    """Written when the build starts and again when it ends (provenance/history.py).
-    The provenance is the build's, so git is asked about the workspace once per build;
-    `certified`: the results are a no-op certificate's (commands/certified.py)."""
-    if list(result.results) == order:  # every target has its result, in the graph's order
-        targets = result.targets_json()
-    elif not result.results:  # the build starts
-        targets = pending_json(order)
-    else:
-        results = result.results
-        targets = json.dumps(
-            [
-                results[label].to_json() if label in results else {"label": label, "key": None, "status": "pending"}
-                for label in order
-            ]
-        )
-    record = {
-        "id": provenance.invocation_id,
-        "command": command,
-        "patterns": list(patterns),
-        "cwd": os.fspath(session.cwd),
-        "workspace": os.fspath(session.workspace.root),  # which checkout (`cache gc` on a shared store)
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "duration_s": round(time.time() - started, 3),
-        "result": outcome,
-        "counts": result.counts,
-        **provenance.invocation,
-        **({"noop_certificate": True} if certified else {}),
-    }
-    records.write_invocation(record, None if stream is None else stream.jsonl, targets)

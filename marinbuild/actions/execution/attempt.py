@@ -23,7 +23,8 @@ from typing import Any
 
 from marinbuild.actions.execution.hermetic import compilation_cache, sandbox_command
 from marinbuild.actions.execution.logs import close_logger, step_logger
-from marinbuild.store import AttemptStatus, Staging, Uploaded
+from marinbuild.store import AttemptStatus
+from marinbuild.store.entries import Staging, Uploaded
 from marinbuild.store.manifest import Manifest, OutputError, hash_tree
 from marinbuild.targets.attrs import JsonValue
 from marinbuild.targets.context import (
@@ -36,9 +37,8 @@ from marinbuild.targets.context import (
     StepFailed,
 )
 
-_MARINBUILD_SOURCE = (
-    Path(__file__).resolve().parents[3]
-)  # what holds marinbuild/ (this is actions/execution/attempt.py)
+# What holds marinbuild/ (this is marinbuild/actions/execution/attempt.py).
+_MARINBUILD_SOURCE = Path(__file__).resolve().parents[3]
 
 
 class WorkerLost(Exception):

@@ -4,7 +4,7 @@ A target that reads another's kept state (`eval_lm(model = ":run", step = 2000)`
 for that state, not for the whole step: it is resolved from its own entry as soon as the
 running step publishes it (`ctx.publish_checkpoint`; a worker thread announces it and
 wakes the coordinator), or found in the store, where the step that keeps it publishes
-it at the latest when it ends. Publishing one state as an entry is actions/execution/kept_states.py's.
+it at the latest when it ends. Publishing one state as an entry is kept_states.py's.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from marinbuild.actions.execution.attempt import WorkerLost
-from marinbuild.store import ActionCache, Outputs, Uploaded
+from marinbuild.store import ActionCache, Outputs
+from marinbuild.store.entries import Uploaded
 from marinbuild.store.manifest import FileEntry
 from marinbuild.targets.context import Context, InputFiles, StepFailed
 from marinbuild.targets.rule import Execution, Resources, Target

@@ -16,7 +16,8 @@ from marinbuild.actions.bookkeeping.results import Reporter, Status, TargetResul
 from marinbuild.actions.execution.build_options import BuildOptions, Egress
 from marinbuild.actions.execution.build_state import BuildState
 from marinbuild.errors import EgressOverBudget
-from marinbuild.store import ActionCache, Lookup, Outputs, reporting_transfers
+from marinbuild.store import ActionCache, Outputs, reporting_transfers
+from marinbuild.store.entries import Lookup
 from marinbuild.store.mirrors import MirrorHit, format_bytes
 
 # Entries copied from mirrors at once (each a lease and a few requests around GCS's rewrites).

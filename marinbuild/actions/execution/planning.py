@@ -20,7 +20,8 @@ from marinbuild.actions.execution.checkpoint_reads import CheckpointReads
 from marinbuild.actions.execution.kept_states import kept_keys
 from marinbuild.actions.execution.mirror_copies import MirrorCopies
 from marinbuild.errors import GraphError, StoreReadOnly
-from marinbuild.store import ActionCache, Lookup, Outputs
+from marinbuild.store import ActionCache, Outputs
+from marinbuild.store.entries import Lookup
 from marinbuild.store.mirrors import MirrorHit
 from marinbuild.targets.rule import Target
 

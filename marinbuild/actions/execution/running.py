@@ -2,7 +2,7 @@
 
 The worker takes the key's lease (following the log of the builder holding it, if any),
 re-checks the cache, and runs attempts until one succeeds or the rule's retry policy is
-spent; each is recorded in the store, run through `StepRun` (actions/execution/attempt.py), then
+spent; each is recorded in the store, run through `StepRun` (attempt.py), then
 published or not. `rerun --check` runs a step once more the same way, aside.
 """
 
