@@ -29,7 +29,8 @@ def index_page(report: Report) -> tuple[str, str]:
         _graph_section(report),
         runs_section(report),
         *(
-            f'<section id="{section.index_id}"><h2>{escape(section.index_title)}</h2>{"".join(blocks)}</section>'
+            f'<section id="{section.index_id}"><h2>{escape(section.index_title)}</h2>'
+            f"{''.join(blocks.values())}</section>"
             for section, blocks in sections.items()
         ),
         _plots_section(report, {label for blocks in sections.values() for label in blocks}),
