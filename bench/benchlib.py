@@ -212,7 +212,7 @@ class DirectRun:
     scratch: Path
     report: dict
     # Of `seconds`, those after the entry point returned: the interpreter's teardown (its
-    # threads joined, atexit handlers), which marinbuild's worker skips (actions/worker.py).
+    # threads joined, atexit handlers), which marinbuild's worker skips (actions/execution/worker.py).
     teardown_s: float
 
 

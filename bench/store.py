@@ -67,8 +67,9 @@ from urllib.parse import urlsplit
 import benchlib
 import gen_workspace as gen
 
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import NullReporter
+from marinbuild.actions.bookkeeping.results import NullReporter
+from marinbuild.actions.execution.build_options import BuildOptions
+from marinbuild.commands.build import build
 from marinbuild.session import Session
 from marinbuild.store import StoreSpec, open_store
 from marinbuild.store.local_cache import LocalCache
@@ -301,7 +302,7 @@ def noop_builds(root: Path, upstream: str, args: argparse.Namespace, counter: Re
 
     def counted_noop(checkout: Path) -> int:
         before = counter.count
-        result = Session.open(checkout, NOOP_STORE).build(["//..."], BuildOptions(jobs=8), NullReporter())
+        result = build(Session.open(checkout, NOOP_STORE), ["//..."], BuildOptions(jobs=8), NullReporter())
         assert result.counts.get("cached") == args.targets, result.counts
         return counter.count - before
 

@@ -3,20 +3,22 @@
 The code follows a build from the command line to the store, one subpackage per stage,
 as in Bazel:
 
-    labels   names: `//pkg:name` labels and command-line target patterns
-    targets  the rules API — attributes, rules, targets, the `ctx` a rule runs with — and
-             the built-in rules (genrule, filegroup, py_step)
-    packages the workspace and its BUILD.marin files, evaluated (Starlark) into targets
-    actions  the graph of a build, action keys, and the scheduler that runs stale steps
-    store    where outputs, create-only action-cache entries, attempts and logs live
-    query    Bazel's query language over the target graph, and functions that ask
-             the store what a build would do
-    cli      the `marinbuild` command and its progress display
+    labels      names: `//pkg:name` labels and command-line target patterns
+    targets     the rules API — attributes, rules, targets, the `ctx` a rule runs with,
+                what a rule declares its outputs hold — and the built-in rules
+    packages    the workspace and its BUILD.marin files, evaluated (Starlark) into targets
+    actions     analysis (the graph, action keys, pins), execution (the scheduler and
+                what runs a step) and bookkeeping (results, events, records)
+    store       where outputs, create-only action-cache entries, attempts and logs live
+    provenance  what the store records, read back (attempts, history, show, compare)
+    cluster     running steps on Ray
+    query       Bazel's query language over the target graph
+    session     one command's workspace, loader, store and cache, and planning
+    commands    what each command does, given a session
+    cli         the `marinbuild` command and its progress display
 
 Imports only point down the layers; `pyproject.toml` states them as import-linter
-contracts, and docs/concepts.md ("Layers of the code") explains them. `session` wires
-the stages together for one command; `provenance` reads back what the store records
-(attempts, history, recipes); `cluster` runs steps on Ray; `api` is the notebook entry
+contracts, and docs/concepts.md ("Layout") explains them. `api` is the notebook entry
 point: `marinbuild.output(label)`, `marinbuild.metrics(label)`, `marinbuild.compare(pattern)`.
 """
 

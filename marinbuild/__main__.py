@@ -1,3 +1,5 @@
+"""`python -m marinbuild`: the `marinbuild` command (cli/main.py)."""
+
 from marinbuild.cli.main import main
 
 main()

@@ -11,8 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import NullReporter
+from marinbuild.actions.bookkeeping.results import NullReporter
+from marinbuild.actions.execution.build_options import BuildOptions
+from marinbuild.commands import compare as comparing
+from marinbuild.commands import outputs
+from marinbuild.commands.build import build as build_targets
 from marinbuild.errors import StoreError
 from marinbuild.provenance.compare import Comparison
 from marinbuild.session import Session
@@ -21,9 +24,8 @@ from marinbuild.session import Session
 def _session(label: str, workspace: str | Path | None, store: str | None, build: bool) -> Session:
     session = Session.open(Path(workspace) if workspace is not None else None, store)
     if build:
-        result = session.build(
-            [label], BuildOptions(jobs=session.workspace.jobs or os.cpu_count() or 1), NullReporter()
-        )
+        options = BuildOptions(jobs=session.workspace.jobs or os.cpu_count() or 1)
+        result = build_targets(session, [label], options, NullReporter())
         if not result.ok:
             failed = [item for item in result.results.values() if item.status.value == "failed"]
             reason = "; ".join(f"{item.label}: {item.reason}" for item in failed) or "a step failed"
@@ -35,14 +37,14 @@ def _session(label: str, workspace: str | Path | None, store: str | None, build:
 
 def output(label: str, *, workspace: str | Path | None = None, store: str | None = None, build: bool = False) -> Path:
     """The output directory of `label` (a local path; copied from a remote store, verified)."""
-    return _session(label, workspace, store, build).where(label)
+    return outputs.where(_session(label, workspace, store, build), label)
 
 
 def metrics(
     label: str, *, workspace: str | Path | None = None, store: str | None = None, build: bool = False
 ) -> dict[str, Any]:
-    """The summary metrics of an ML step (`summary.json` of train_lm, `metrics.json` of eval_lm)."""
-    return _session(label, workspace, store, build).metrics(label)
+    """The summary metrics of a step, as its rule declares them (`Rule.metrics_file`); {} if none."""
+    return outputs.metrics(_session(label, workspace, store, build), label)
 
 
 def compare(
@@ -60,4 +62,4 @@ def compare(
     highest with `maximize`), `to_pandas()`, `to_csv()`, and the loss curves (`curves`,
     `curves_csv()`). `history`: earlier outputs of the same labels too. Builds nothing."""
     session = Session.open(Path(workspace) if workspace is not None else None, store)
-    return session.compare(patterns, by=by, maximize=maximize, history=history)
+    return comparing.compare(session, patterns, by=by, maximize=maximize, history=history)

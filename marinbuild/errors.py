@@ -89,7 +89,7 @@ class ClusterError(MarinbuildError):
 
 class AcceleratorMissing(MarinbuildError):
     """A step to run on this machine asks for an accelerator (a GPU kind, a TPU) it lacks:
-    JAX would fall back to the CPU without a word (actions/accelerators.py)."""
+    JAX would fall back to the CPU without a word (actions/execution/accelerators.py)."""
 
 
 class QueryError(MarinbuildError):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from conftest import CLI_TIMEOUT_S, cli_env, write_files
 
-from marinbuild.actions.graph import Graph
+from marinbuild.actions.analysis.graph import Graph
 from marinbuild.packages import PackageLoader, open_workspace
 from marinbuild.packages.rule_modules import workspace_rules
 from marinbuild.session import Session

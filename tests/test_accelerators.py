@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import cli_env, run_cli
 
-from marinbuild.actions.accelerators import Accelerators, missing, parse
+from marinbuild.actions.execution.accelerators import Accelerators, missing, parse
 from marinbuild.errors import WorkspaceError
 from marinbuild.targets.rule import Resources
 

@@ -14,6 +14,8 @@ import time
 from conftest import CLI_TIMEOUT_S, attempt_records, build_json, run_cli, start_cli, statuses
 
 from marinbuild import provenance
+from marinbuild.commands.inspect import attempts, history
+from marinbuild.commands.query import query
 from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
 
@@ -88,17 +90,17 @@ def test_attempts_of_a_label_span_its_keys_and_outlive_its_build_file(make_works
     build_json(ws, "-k", "//pkg:bad", expect_rc=1)
     (ws / "pkg/BUILD.marin").unlink()
     session = Session.open(ws, cwd=ws / "pkg")
-    attempts = session.attempts(":bad")  # relative to the current package, which is gone
-    assert [(record.status, record.exit_status) for record in attempts] == [
+    recorded = attempts(session, ":bad")  # relative to the current package, which is gone
+    assert [(record.status, record.exit_status) for record in recorded] == [
         (AttemptStatus.FAILED, 3),
         (AttemptStatus.FAILED, 4),
     ]
-    assert attempts[0].key != attempts[1].key
-    assert all(record.host and record.user and record.started and record.finished for record in attempts)
-    assert "boom-on-stderr" in provenance.read_log(session.store, attempts[1])
-    [item] = session.history(["//pkg:bad"], limit=1)
+    assert recorded[0].key != recorded[1].key
+    assert all(record.host and record.user and record.started and record.finished for record in recorded)
+    assert "boom-on-stderr" in provenance.read_log(session.store, recorded[1])
+    [item] = history(session, ["//pkg:bad"], limit=1)
     assert [(outcome.label, outcome.status) for outcome, _ in item.outcomes] == [("//pkg:bad", "failed")]
-    assert item.outcomes[0][1] == attempts[1]
+    assert item.outcomes[0][1] == recorded[1]
 
 
 def test_a_running_step_shows_its_log_and_an_interrupted_one_is_cancelled(make_workspace):
@@ -115,7 +117,7 @@ def test_a_running_step_shows_its_log_and_an_interrupted_one_is_cancelled(make_w
             assert time.monotonic() < deadline, f"the running step's log never showed:\n{out}\n{err}"
             time.sleep(0.2)
         assert "running" in err
-        [item] = Session.open(ws, cwd=ws).history()
+        [item] = history(Session.open(ws, cwd=ws))
         assert item.invocation.result == "running"
         assert [(outcome.label, outcome.status) for outcome, _ in item.outcomes] == [("//pkg:slow", "pending")]
         os.killpg(builder.pid, signal.SIGINT)
@@ -125,12 +127,12 @@ def test_a_running_step_shows_its_log_and_an_interrupted_one_is_cancelled(make_w
             os.killpg(builder.pid, signal.SIGKILL)
     assert builder.returncode == 130, builder.stderr.read()
     session = Session.open(ws, cwd=ws)
-    [record] = session.attempts("//pkg:slow")
+    [record] = attempts(session, "//pkg:slow")
     assert record.status is AttemptStatus.CANCELLED and "interrupted" in record.error
     assert "halfway" in provenance.read_log(session.store, record)
-    [item] = session.history()
+    [item] = history(session)
     assert item.invocation.result == "interrupted"
-    assert session.query("failed(//...)").labels == ()  # an interrupted step is not a failed one
+    assert query(session, "failed(//...)").labels == ()  # an interrupted step is not a failed one
     assert [r["status"] for r in attempt_records(ws / "cache", record.key)] == ["cancelled"]
 
 
@@ -146,7 +148,7 @@ def test_the_attempt_of_a_killed_builder_reads_as_abandoned(make_workspace, tmp_
         deadline = time.monotonic() + CLI_TIMEOUT_S
         while not [
             record
-            for record in Session.open(ws, cwd=ws).attempts("//pkg:slow")
+            for record in attempts(Session.open(ws, cwd=ws), "//pkg:slow")
             if record.status is AttemptStatus.RUNNING
         ]:
             assert time.monotonic() < deadline, "the step never started"
@@ -154,18 +156,18 @@ def test_the_attempt_of_a_killed_builder_reads_as_abandoned(make_workspace, tmp_
     finally:
         os.killpg(builder.pid, signal.SIGKILL)
         builder.wait(timeout=CLI_TIMEOUT_S)
-    [record] = Session.open(ws, cwd=ws).attempts("//pkg:slow")
+    [record] = attempts(Session.open(ws, cwd=ws), "//pkg:slow")
     assert record.status is AttemptStatus.ABANDONED
     assert [r["status"] for r in attempt_records(ws / "cache", record.key)] == ["running"]  # as written
     rc, out, err = run_cli(ws, "log", "--list", "//pkg:slow")
     assert rc == 0 and "abandoned" in out and "running" not in out, out + err
-    [item] = Session.open(ws, cwd=ws).history()
+    [item] = history(Session.open(ws, cwd=ws))
     assert item.invocation.result == "abandoned"  # on the machine whose process table says so
 
     hang.unlink()
     rebuilt = build_json(ws, "//pkg:slow")
     assert statuses(rebuilt) == {"//pkg:slow": "built"} and rebuilt["by_label"]["//pkg:slow"]["key"] == record.key
-    assert [r.status for r in Session.open(ws, cwd=ws).attempts("//pkg:slow")] == [
+    assert [r.status for r in attempts(Session.open(ws, cwd=ws), "//pkg:slow")] == [
         AttemptStatus.ABANDONED,
         AttemptStatus.SUCCEEDED,
     ]

@@ -1,4 +1,4 @@
-"""What a build records of where it ran (actions/build_provenance.py): the workspace's git
+"""What a build records of where it ran (actions/bookkeeping/build_provenance.py): the workspace's git
 commit and dirty state from one `git status`, and the platform without a `uname` process.
 
 Every repository here is a real one made with git; each state is checked against what git
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from marinbuild.actions.build_provenance import Provenance
+from marinbuild.actions.bookkeeping.build_provenance import Provenance
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 

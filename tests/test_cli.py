@@ -25,9 +25,10 @@ from conftest import (
 )
 
 import marinbuild
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import BuildResult, NullReporter, Status, TargetResult, pending_json
+from marinbuild.actions.bookkeeping.results import BuildResult, NullReporter, Status, TargetResult, pending_json
+from marinbuild.actions.execution.build_options import BuildOptions
 from marinbuild.cli.main import cli
+from marinbuild.commands.build import build as build_targets
 from marinbuild.session import Session
 from marinbuild.targets.rule import Resources
 
@@ -368,7 +369,7 @@ def test_declared_resources_are_never_oversubscribed(make_workspace, resources, 
         }
     )
     options = BuildOptions(jobs=2, capacity=Resources(cpu=2, memory_gb=100))
-    result = Session.open(ws).build(["//pkg:all"], options, NullReporter())
+    result = build_targets(Session.open(ws), ["//pkg:all"], options, NullReporter())
     assert result.ok
     one = _interval(result.results["//pkg:h1"].output, "h1")
     two = _interval(result.results["//pkg:h2"].output, "h2")
@@ -379,7 +380,7 @@ def test_declared_resources_are_never_oversubscribed(make_workspace, resources, 
 def test_a_step_bigger_than_the_machine_still_runs_alone(make_workspace):
     ws = make_workspace({"pkg/BUILD.marin": TIMED.format(name="huge", sleep=0.1, extra=', resources = {"cpu": 64}')})
     options = BuildOptions(jobs=2, capacity=Resources(cpu=2, memory_gb=100))
-    result = Session.open(ws).build(["//pkg:all"], options, NullReporter())
+    result = build_targets(Session.open(ws), ["//pkg:all"], options, NullReporter())
     assert result.ok and result.results["//pkg:huge"].status.value == "built"
 
 

@@ -30,7 +30,8 @@ from test_docs_commands import DOC_COMMANDS
 from test_rules_lm import PKG, TRAIN_TIMEOUT_S, _workspace
 
 import marinbuild
-from marinbuild.provenance.compare import Curve, evaluation_columns
+from marinbuild.provenance.compare import Curve
+from marinbuild.provenance.metrics import evaluation_columns
 from rules.common.levanter.trackers import run_id
 
 SWEEP = """
@@ -277,6 +278,7 @@ import json
 
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr
+from marinbuild.targets.outputs import Curves
 from marinbuild.targets.rule import Rule
 
 
@@ -333,6 +335,8 @@ def _evaluated(metrics):
     return {"+".join(metrics["sets"]): {"loss": metrics["loss"]}, **metrics["sets"]}
 
 
+# What makes a step a run, as train_lm declares it: its summary, and its curves.
+RUN = {"metrics_file": "summary.json", "curves": Curves("metrics.jsonl", ("train/loss",))}
 pages = Rule(name="pages", impl=_pages, attrs={"seed": Attr(types.INT)})
 score_cut = Rule(name="score_cut", impl=_score, attrs={"data": Attr(types.LABEL), "threshold": Attr(types.FLOAT)})
 dedup_docs = Rule(name="dedup_docs", impl=_dedup, attrs={"data": Attr(types.LABEL)})
@@ -345,13 +349,13 @@ train = Rule(
         "model": Attr(types.DICT, default={"hidden": 32, "layers": 2}),
         "learning_rate": Attr(types.FLOAT, default=0.01),
     },
-    metrics_file="summary.json",
+    **RUN,
 )
 fine_tune = Rule(
     name="fine_tune",
     impl=_fine_tune,
     attrs={"base": Attr(types.LABEL), "data": Attr(types.LABEL), "learning_rate": Attr(types.FLOAT, default=0.001)},
-    metrics_file="summary.json",
+    **RUN,
 )
 evaluate = Rule(
     name="evaluate",

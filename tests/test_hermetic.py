@@ -1,6 +1,6 @@
 """Steps run hermetically: a clean, recorded environment; a sandbox on demand; a time limit.
 
-DESIGN.md invariants 9 and 10. Each case failed before marinbuild/actions/hermetic.py: a
+DESIGN.md invariants 9 and 10. Each case failed before marinbuild/actions/execution/hermetic.py: a
 genrule saw the builder's whole environment, a step could write into the workspace
 undetected, and a step could run for ever.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import attempt_records, build_json, cli_env, keys, output_text, run_cli, statuses
 
-from marinbuild.actions.hermetic import recorded_environment, step_environment
+from marinbuild.actions.execution.hermetic import recorded_environment, step_environment
 
 SECRET = "MARINBUILD_TEST_SECRET_TOKEN"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from conftest import build_json, statuses
 from helpers_workspace import loader_for
 
-from marinbuild.actions import keys
-from marinbuild.actions.graph import Graph, build_graph, expand_patterns
+from marinbuild.actions.analysis import keys
+from marinbuild.actions.analysis.graph import Graph, build_graph, expand_patterns
 from marinbuild.labels import parse_pattern
 from marinbuild.session import Session
 from marinbuild.targets import identity

@@ -19,6 +19,7 @@ import time
 import pytest
 from conftest import CLI_TIMEOUT_S, run_cli, start_to_kill
 
+from marinbuild.commands.inspect import attempts
 from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
 
@@ -61,8 +62,8 @@ def test_history_shows_what_a_stopped_build_published_and_was_running(make_works
     _stop_mid_step(ws, marker, signum)
 
     session = Session.open(ws, cwd=ws)
-    [model] = session.attempts("//pkg:model")
-    [evaluation] = session.attempts("//pkg:eval")
+    [model] = attempts(session, "//pkg:model")
+    [evaluation] = attempts(session, "//pkg:eval")
     assert model.status is AttemptStatus.SUCCEEDED
     ended = AttemptStatus.CANCELLED if signum == signal.SIGTERM else AttemptStatus.ABANDONED
     assert evaluation.status is ended

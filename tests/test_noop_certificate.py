@@ -1,4 +1,4 @@
-"""The no-op certificate (marinbuild/actions/noop_certificate.py) never answers differently
+"""The no-op certificate (marinbuild/actions/bookkeeping/noop_certificate.py) never answers differently
 from the full check.
 
 Each test builds a workspace until a no-op is certified, changes one thing the full path
@@ -19,7 +19,7 @@ import pytest
 from helpers_audit import backdate, bytecode_env, run_untraced
 from test_package_memo import CONFIG, FILES
 
-from marinbuild.actions.noop_certificate import NOOP_CERTIFICATE_ENV
+from marinbuild.actions.bookkeeping.noop_certificate import NOOP_CERTIFICATE_ENV
 
 pytestmark = pytest.mark.usefixtures("settled_bytecode")  # else a fresh checkout's first no-op is not certified
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers_audit import Traced, backdate, bytecode_env, run_traced, run_untraced
 
-from marinbuild.actions.noop_certificate import NOOP_CERTIFICATE_ENV
+from marinbuild.actions.bookkeeping.noop_certificate import NOOP_CERTIFICATE_ENV
 
 pytestmark = pytest.mark.usefixtures("settled_bytecode")  # else a fresh checkout's first no-op is not certified
 
@@ -130,7 +130,7 @@ def test_the_invocation_record_lists_what_json_printed(cached):
 
 
 def test_a_certified_noop_reads_its_certificate_and_writes_its_records(cached):
-    """Certified (actions/noop_certificate.py), a no-op reads its settings and its
+    """Certified (actions/bookkeeping/noop_certificate.py), a no-op reads its settings and its
     certificate only — no memo, no entry, not the store's salt — and writes what the full
     path writes: its invocation record, twice, and its event stream."""
     noop(cached, bytecode_env())  # the full path, which certifies the no-op (run as `noop` runs it)

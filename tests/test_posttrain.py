@@ -26,7 +26,7 @@ from conftest import parse_json_output, run_cli, statuses
 from helpers_workspace import loader_for
 from test_docs_commands import DOC_COMMANDS
 
-from marinbuild.actions.graph import build_graph, expand_patterns
+from marinbuild.actions.analysis.graph import build_graph, expand_patterns
 from marinbuild.labels import parse_pattern
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,6 +13,7 @@ import json
 import pytest
 from helpers_workspace import new_workspace
 
+from marinbuild.commands.query import query as run_query
 from marinbuild.errors import GraphError, LoadError, QueryError
 from marinbuild.session import Session
 
@@ -79,7 +80,7 @@ def ws(tmp_path_factory):
 
 
 def query(ws, expression: str, output: str = "label", keep_going: bool = False, cwd=None) -> str:
-    return Session.open(ws, cwd=cwd or ws).query(expression, keep_going).render(output)
+    return run_query(Session.open(ws, cwd=cwd or ws), expression, keep_going).render(output)
 
 
 def labels(ws, expression: str, **kwargs) -> list[str]:

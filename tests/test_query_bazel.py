@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from conftest import require_tool, write_files
 
+from marinbuild.commands.query import query
 from marinbuild.session import Session
 
 BAZEL_TIMEOUT_S = 300
@@ -174,7 +175,7 @@ def bazel_query(tmp_path_factory):
 @pytest.fixture(scope="module")
 def marinbuild_query(tmp_path_factory):
     workspace = _write(tmp_path_factory.mktemp("marinbuild") / "ws", "BUILD.marin", "marinbuild.toml")
-    return lambda expression: list(Session.open(workspace, cwd=workspace).query(expression).labels)
+    return lambda expression: list(query(Session.open(workspace, cwd=workspace), expression).labels)
 
 
 @pytest.mark.parametrize(("expression", "ordered"), QUERIES, ids=[expression for expression, _ordered in QUERIES])

@@ -12,8 +12,10 @@ import pytest
 from conftest import store_files
 from helpers_workspace import new_workspace
 
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import NullReporter
+from marinbuild.actions.bookkeeping.results import NullReporter
+from marinbuild.actions.execution.build_options import BuildOptions
+from marinbuild.commands.build import build as build_targets
+from marinbuild.commands.query import query
 from marinbuild.session import Session
 
 BUILD = """\
@@ -27,11 +29,11 @@ BUILD = """\
 
 def store_state(ws) -> dict[str, list[str]]:
     session = Session.open(ws, cwd=ws)
-    return {name: list(session.query(f"{name}(//...)").labels) for name in ("cached", "stale", "pending", "failed")}
+    return {name: list(query(session, f"{name}(//...)").labels) for name in ("cached", "stale", "pending", "failed")}
 
 
 def build(ws, *patterns: str) -> None:
-    Session.open(ws, cwd=ws).build(list(patterns), BuildOptions(jobs=2, keep_going=True), NullReporter())
+    build_targets(Session.open(ws, cwd=ws), list(patterns), BuildOptions(jobs=2, keep_going=True), NullReporter())
 
 
 @pytest.fixture
@@ -83,11 +85,11 @@ def test_a_failed_step_is_failed_until_its_recipe_changes(ws):
 def test_store_functions_compose_and_ignore_source_files(ws):
     build(ws, "//p:a")
     session = Session.open(ws, cwd=ws)
-    assert list(session.query("cached(deps(//p:c))").labels) == ["//p:a"]
-    assert list(session.query("deps(//p:c) - cached(//...)").labels) == ["//p:in.txt", "//p:c", "//p:b"]
-    assert list(session.query("kind(rule, deps(//p:c)) - cached(//...)").labels) == ["//p:c", "//p:b"]
-    assert list(session.query("stale(//p:in.txt)").labels) == []
-    assert list(session.query("rdeps(//..., stale(//...), 1)").labels) == [
+    assert list(query(session, "cached(deps(//p:c))").labels) == ["//p:a"]
+    assert list(query(session, "deps(//p:c) - cached(//...)").labels) == ["//p:in.txt", "//p:c", "//p:b"]
+    assert list(query(session, "kind(rule, deps(//p:c)) - cached(//...)").labels) == ["//p:c", "//p:b"]
+    assert list(query(session, "stale(//p:in.txt)").labels) == []
+    assert list(query(session, "rdeps(//..., stale(//...), 1)").labels) == [
         "//p:c",
         "//p:b",
         "//p:after_broken",

@@ -21,7 +21,7 @@ from conftest import build_json, run_cli, statuses
 from test_gcs_store import bucket_problems
 from test_store_faults import FaultyProxy
 
-from marinbuild.actions.keys import checkpoint_key
+from marinbuild.actions.analysis.keys import checkpoint_key
 from marinbuild.store.mirrors import format_bytes
 
 BUILD = {

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from conftest import CLI_TIMEOUT_S, build_json, cli_env, run_cli, statuses
 
-from marinbuild.actions.hermetic import bwrap
+from marinbuild.actions.execution.hermetic import bwrap
 
 FILES = {
     "pkg/BUILD.marin": """

@@ -17,7 +17,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from marinbuild.actions.results import Reporter
+from marinbuild.actions.bookkeeping.results import Reporter
 from marinbuild.cli.progress import PlainReporter
 from marinbuild.errors import MarinbuildError
 from marinbuild.session import Session

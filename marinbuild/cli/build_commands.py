@@ -11,10 +11,13 @@ from pathlib import Path
 
 import click
 
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.results import BuildResult
+from marinbuild.actions.bookkeeping.results import BuildResult
+from marinbuild.actions.execution.build_options import BuildOptions
 from marinbuild.cli.base import EXIT_FAILED, PatternsCommand, handles_errors, make_reporter, open_session
 from marinbuild.cli.progress import PlanReporter
+from marinbuild.commands.build import build as build_targets
+from marinbuild.commands.build import step_settings
+from marinbuild.commands.pin import pin as pin_artifacts
 from marinbuild.targets.rule import Resources
 
 _MAX_OUTPUTS_SHOWN = 10  # like Bazel's --show_result: a wildcard over 10,000 targets prints a summary
@@ -112,7 +115,7 @@ def build(
         ray_shared_scratch=ray_shared_scratch or session.workspace.ray_shared_scratch,
         strict_code=strict_code,
         explain=explain,
-        steps=session.step_settings(sandbox),
+        steps=step_settings(session, sandbox),
         egress=session.egress(allow_egress),
     )
     if executor == "ray":  # the cluster queues steps by their resources, not this machine
@@ -122,7 +125,7 @@ def build(
     # Ray's driver prints what its workers report (a worker died...) on sys.stdout, which
     # holds only results here: send it to stderr, with the rest of the build's chatter.
     with contextlib.redirect_stdout(sys.stderr) if executor == "ray" else contextlib.nullcontext():
-        result = session.build(patterns, options, reporter, events, allow_cpu)
+        result = build_targets(session, patterns, options, reporter, events, allow_cpu)
     if as_json:
         click.echo(result.to_json_text())
     elif dry_run:
@@ -166,7 +169,7 @@ def pin(ctx: click.Context, patterns: tuple[str, ...]) -> None:
     """Pin the external artifacts PATTERNS name: list what each URL holds (names, sizes,
     checksums; nothing is downloaded) and record the listing's digest in marinbuild.lock,
     to commit with the BUILD files. Builds stop if the objects change afterwards."""
-    for pinned in open_session(ctx).pin(patterns):
+    for pinned in pin_artifacts(open_session(ctx), patterns):
         pin_ = pinned.pin
         if pinned.previous is not None and pinned.previous.digest == pin_.digest:
             verdict = "unchanged"
@@ -191,11 +194,13 @@ def rerun(ctx: click.Context, key: str, check: bool, jobs: int | None) -> None:
     """Rebuild exactly the recipe stored under KEY, from the store alone (the BUILD files
     may have changed or be gone). With --check, compare a fresh run with the stored output:
     byte for byte, or by metrics within the rule's tolerance (training)."""
+    from marinbuild.commands import rerun as reruns  # a build loads none of what rerun reads
+
     session = open_session(ctx)
-    options = BuildOptions(jobs=jobs or session.workspace.jobs or os.cpu_count() or 1, steps=session.step_settings())
+    options = BuildOptions(jobs=jobs or session.workspace.jobs or os.cpu_count() or 1, steps=step_settings(session))
     reporter = make_reporter(live=sys.stderr.isatty())
     if check:
-        report = session.check(key, options, reporter)
+        report = reruns.check(session, key, options, reporter)
         if report.identical:
             click.echo(f"{report.label} ({report.key[:12]}): the rerun matches the stored output ({report.compared})")
             return
@@ -204,7 +209,7 @@ def rerun(ctx: click.Context, key: str, check: bool, jobs: int | None) -> None:
             click.echo(f"  {difference}")
         click.echo(f"  the rerun's outputs: {report.side}")
         sys.exit(EXIT_FAILED)
-    result = session.rerun(key, options, reporter)
+    result = reruns.rerun(session, key, options, reporter)
     item = result.build.results[result.label]
     if result.changes:
         click.echo(f"{result.label}: rebuilt here, the recipe has another key ({item.key}):")

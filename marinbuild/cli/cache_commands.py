@@ -10,6 +10,7 @@ import click
 
 from marinbuild import store as stores
 from marinbuild.cli.base import EXIT_FAILED, SharedOptionsGroup, handles_errors, open_session
+from marinbuild.commands.cache_keys import keys_in_use, pattern_keys
 from marinbuild.store import maintenance
 
 
@@ -26,7 +27,7 @@ def cache_verify(ctx: click.Context, patterns: tuple[str, ...]) -> None:
     """Re-hash the outputs of PATTERNS' entries (default: every entry) and report every
     mismatch; an entry with one is quarantined, so the next build rebuilds it."""
     session = open_session(ctx)
-    keys = sorted(session.pattern_keys(patterns)) if patterns else maintenance.entry_keys(session.store)
+    keys = sorted(pattern_keys(session, patterns)) if patterns else maintenance.entry_keys(session.store)
     mismatches, kept, verified = maintenance.verify(session.cache, keys)
     for mismatch in mismatches:
         click.echo(f"MISMATCH {mismatch.label} ({mismatch.key[:12]}): {mismatch.problem}")
@@ -56,7 +57,7 @@ def cache_gc(ctx: click.Context, dry_run: bool, grace: str) -> None:
     """Remove what no target of the workspace, no workspace's newest build, pin, recent
     invocation or held lease uses."""
     session = open_session(ctx)
-    keep, in_use = session.keys_in_use()
+    keep, in_use = keys_in_use(session)
     others = in_use.workspaces - {(socket.gethostname(), os.fspath(session.workspace.root))}
     if others or stores.parse_store_url(session.store_url).local_directory is None:
         click.echo(

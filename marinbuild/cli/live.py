@@ -8,7 +8,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from marinbuild.actions.results import BuildResult, Status, TargetResult
+from marinbuild.actions.bookkeeping.results import BuildResult, Status, TargetResult
 from marinbuild.cli.progress import PlainReporter, progress_text
 
 _STYLE = {Status.BUILT: "green", Status.FAILED: "bold red", Status.SKIPPED: "yellow", Status.CACHED: "dim"}

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from marinbuild.actions.results import BuildResult, Status, TargetResult
+from marinbuild.actions.bookkeeping.results import BuildResult, Status, TargetResult
 from marinbuild.sizes import BYTES, human_size
 
 _LOG_TAIL_LINES = 20

@@ -10,6 +10,8 @@ import click
 from marinbuild import provenance
 from marinbuild.cli import records
 from marinbuild.cli.base import handles_errors, open_session
+from marinbuild.commands import inspect, outputs
+from marinbuild.commands.query import query as run_query
 from marinbuild.errors import StoreError
 from marinbuild.query import FORMATS, from_command_line
 
@@ -25,7 +27,7 @@ def where(ctx: click.Context, label: str, step: int | None) -> None:
     """Print the output directory of a built target (for one built only in a mirror in
     another region: its URL there, and a note on stderr saying so); with --step, that of
     the checkpoint it kept at that step, an entry of its own."""
-    location, note = open_session(ctx).location(label, step)
+    location, note = outputs.location(open_session(ctx), label, step)
     if note:
         click.echo(f"marinbuild: note: {note}", err=True)
     click.echo(location)
@@ -41,7 +43,7 @@ def show(ctx: click.Context, target: str, recursive: bool, as_json: bool) -> Non
     """Show what made an output, named by its LABEL or its KEY (or a prefix of it): the
     recipe with its inputs' digests, who built it where and when with which versions, its
     files, and the metrics of an ML step."""
-    description, note = open_session(ctx).show(target, recursive)
+    description, note = inspect.show(open_session(ctx), target, recursive)
     if note:
         click.echo(f"marinbuild: note: {note}", err=True)
     if as_json:
@@ -60,7 +62,7 @@ def show(ctx: click.Context, target: str, recursive: bool, as_json: bool) -> Non
 def explain_command(ctx: click.Context, label: str, strict_code: bool, as_json: bool) -> None:
     """Say whether LABEL would run and why: each ingredient of its key, and for a miss what
     changed since its nearest earlier output (field by field)."""
-    explanation = open_session(ctx).explain(label, strict_code)
+    explanation = inspect.explain(open_session(ctx), label, strict_code)
     if as_json:
         click.echo(json.dumps(explanation.to_json(), indent=2))
         return
@@ -87,7 +89,7 @@ def log(ctx: click.Context, label: str, number: int, list_only: bool) -> None:
     The attempt's record (result, host, error) goes to stderr, the log to stdout.
     """
     session = open_session(ctx)
-    attempts = session.attempts(label)
+    attempts = inspect.attempts(session, label)
     if not attempts:
         raise StoreError(
             f"no attempt of {label} is recorded in {session.store.url}",
@@ -122,7 +124,7 @@ def log(ctx: click.Context, label: str, number: int, list_only: bool) -> None:
 def history(ctx: click.Context, patterns: tuple[str, ...], limit: int, show_cached: bool, as_json: bool) -> None:
     """List the newest builds and the attempts they made (who built what, when, and how it
     ended, failures included), for the targets PATTERNS match (default: all)."""
-    items = open_session(ctx).history(patterns, limit, ran_only=not show_cached)
+    items = inspect.history(open_session(ctx), patterns, limit, ran_only=not show_cached)
     if as_json:
         click.echo(json.dumps([item.to_json() for item in items], indent=2))
         return
@@ -144,7 +146,7 @@ def query(ctx: click.Context, expression: tuple[str, ...], output: str, keep_goi
     `marinbuild query 'rdeps(//..., //data:corpus)'`; `marinbuild query deps //x:y` is
     short for `deps(//x:y)`.
     """
-    result = open_session(ctx).query(from_command_line(expression), keep_going)
+    result = run_query(open_session(ctx), from_command_line(expression), keep_going)
     for warning in result.warnings:
         click.echo(f"marinbuild: warning: {warning}", err=True)
     if not result.labels and output != "json":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from marinbuild.actions.keys import short
+from marinbuild.actions.analysis.keys import short
 from marinbuild.provenance import AttemptRecord, HistoryItem
 from marinbuild.provenance.compare import Comparison
 from marinbuild.provenance.data_counts import FIELDS, DataCounts, data_counts
@@ -188,7 +188,7 @@ def _input_lines(inputs: dict, indent: str) -> list[str]:
         if "source" in item:
             lines.append(f"{indent}{label}  source {short(item['source'])}")
             continue
-        if "blake3" in item:  # a file of a sharded step's unit (actions/shards.py), by its content
+        if "blake3" in item:  # a file of a sharded step's unit (actions/execution/shards.py), by its content
             lines.append(f"{indent}{label}  file {short(item['blake3'])}, {item['size']:,} bytes")
             continue
         lines.append(f"{indent}{label}  output {short(item['tree_digest'])} of key {short(item['key'])}")

@@ -12,6 +12,7 @@ import click
 
 from marinbuild.cli import records
 from marinbuild.cli.base import PatternsCommand, handles_errors, open_session
+from marinbuild.commands.compare import compare as compare_runs
 
 
 @click.command(cls=PatternsCommand)
@@ -45,7 +46,7 @@ def compare(
     evaluations' (the targets among PATTERNS that read them). Reads the store; builds nothing."""
     if as_csv and as_json:
         raise click.UsageError("--csv and --json exclude each other")
-    comparison = open_session(ctx).compare(patterns, by=by, maximize=maximize, history=history)
+    comparison = compare_runs(open_session(ctx), patterns, by=by, maximize=maximize, history=history)
     for note in comparison.notes if as_csv or as_json else ():
         click.echo(f"marinbuild: note: {note}", err=True)
     if curves:

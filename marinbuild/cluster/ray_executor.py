@@ -21,15 +21,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.executor import Dependencies, Executor, UnitInput, WorkerLost
-from marinbuild.actions.hermetic import StepSettings
+from marinbuild.actions.execution.executor import Dependencies, Executor, UnitInput, WorkerLost
+from marinbuild.actions.execution.hermetic import StepSettings
 from marinbuild.cluster.distributed import rendezvous
 from marinbuild.cluster.placement import Placement, placement
 from marinbuild.cluster.ray_host import StepHost, dependencies_to_json
 from marinbuild.cluster.ray_units import run_unit, unit_request
 from marinbuild.errors import ClusterError
 from marinbuild.network import unreachable
-from marinbuild.store import Store, Uploaded
+from marinbuild.store import Store
+from marinbuild.store.entries import Uploaded
 from marinbuild.targets.context import Context, StepFailed
 from marinbuild.targets.rule import Resources, Target
 
@@ -136,7 +137,7 @@ class RayExecutor(Executor):
         finally:
             _release([*hosts, *reservations])
 
-    # -- the units of a sharded step (actions/shards.py) ----------------------------------
+    # -- the units of a sharded step (actions/execution/shards.py) ----------------------------------
 
     def unit_slots(self, resources: Resources) -> int:
         """As many units at once as the cluster has CPUs (Ray queues what does not fit)."""

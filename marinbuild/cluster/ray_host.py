@@ -1,7 +1,7 @@
 """One host's share of a step on a Ray cluster: the actor that runs the rule there.
 
 The actor fetches the step's inputs from the shared store into this host's local cache,
-runs the rule in a worker process (`marinbuild.actions.worker`, as locally), and, on
+runs the rule in a worker process (`marinbuild.actions.execution.worker`, as locally), and, on
 the first host of the step, publishes the states it keeps as it writes them (each an
 entry of its own, docs/checkpoints.md; those it could not are published when the step
 ends, and none stays in its output) and uploads the outputs under the key. It reports
@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.attempt import StepRun
-from marinbuild.actions.build_provenance import Provenance
-from marinbuild.actions.executor import input_files, run_in_subprocess
-from marinbuild.actions.hermetic import step_environment
-from marinbuild.actions.kept_states import publish_kept_state, settle_kept_states
+from marinbuild.actions.bookkeeping.build_provenance import Provenance
+from marinbuild.actions.execution.attempt import StepRun
+from marinbuild.actions.execution.executor import input_files, run_in_subprocess
+from marinbuild.actions.execution.hermetic import step_environment
+from marinbuild.actions.execution.kept_states import publish_kept_state, settle_kept_states
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
 from marinbuild.store import ActionCache, AttemptStatus, Outputs, StoreSpec, open_store

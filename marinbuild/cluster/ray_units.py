@@ -1,11 +1,11 @@
-"""One unit of a sharded step as a Ray task (`--executor ray`; actions/shards.py).
+"""One unit of a sharded step as a Ray task (`--executor ray`; actions/execution/shards.py).
 
 The driver of a sharded step runs in the builder, which holds each unit's lease, records
 its attempt and commits its entry, as for any step on the cluster. What runs on the
 cluster is the unit itself: a plain Ray task that opens the store from its spec, fetches
 the unit's input files from it (an input's file by its output's key, verified; a file
 the step made itself from the store's blobs), runs the unit in a worker process there
-(`marinbuild.actions.worker`, as locally), and uploads its outputs under the unit's key.
+(`marinbuild.actions.execution.worker`, as locally), and uploads its outputs under the unit's key.
 It returns its log, its last progress and what it measured with the outcome. Ray
 schedules the tasks over the cluster's CPUs, one each: no scheduler of marinbuild's own.
 """
@@ -20,13 +20,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.attempt import StepRun
-from marinbuild.actions.executor import UnitInput, run_in_subprocess
-from marinbuild.actions.hermetic import step_environment
+from marinbuild.actions.execution.attempt import StepRun
+from marinbuild.actions.execution.executor import UnitInput, run_in_subprocess
+from marinbuild.actions.execution.hermetic import step_environment
 from marinbuild.cluster.ray_host import LOCAL_DIR
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
-from marinbuild.store import ActionCache, AttemptStatus, Staging, StoreSpec, layout, open_store
+from marinbuild.store import ActionCache, AttemptStatus, StoreSpec, layout, open_store
+from marinbuild.store.entries import Staging
 from marinbuild.store.manifest import FileEntry, Manifest
 from marinbuild.targets.context import Context, InputFiles, StepFailed
 

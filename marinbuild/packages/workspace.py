@@ -49,7 +49,7 @@ class Workspace:
     executor: str = "local"
     ray_address: str | None = None
     ray_shared_scratch: str | None = None
-    # What steps see (marinbuild/actions/hermetic.py): environment variables passed or set
+    # What steps see (marinbuild/actions/execution/hermetic.py): environment variables passed or set
     # ("NAME", "NAME=value"), the sandbox, and the time limit of a target without `timeout`.
     action_env: tuple[str, ...] = ()
     sandbox: bool = False

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marinbuild.actions.graph import Graph
-from marinbuild.actions.keys import OUTPUT_PREFIX, SOURCE_PREFIX, code_digest, short
-from marinbuild.actions.results import BuildResult, Status
+from marinbuild.actions.analysis.graph import Graph
+from marinbuild.actions.analysis.keys import OUTPUT_PREFIX, SOURCE_PREFIX, code_digest, short
+from marinbuild.actions.bookkeeping.results import BuildResult, Status
 from marinbuild.provenance.attempts import label_attempts
 from marinbuild.store import ActionCache, AttemptStatus, CacheEntry
 from marinbuild.targets.rule import Target

@@ -2,7 +2,7 @@
 
 An invocation record is written when a build starts (`result: running`, every target
 `pending`), rewritten when a step starts after cache hits were found (they read `cached`
-from then on: actions/events.py, HitsRecorded), and rewritten when it ends (`succeeded`,
+from then on: actions/bookkeeping/events.py, HitsRecorded), and rewritten when it ends (`succeeded`,
 `failed`, `interrupted`), with every target's status, key and, for the steps that ran,
 the id of their attempt. A build killed outright leaves its record `running`; read on
 the machine it ran on, whose process table says it is gone, it reads `abandoned`. The

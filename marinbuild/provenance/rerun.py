@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.graph import Checkpoint, Graph, SourceFile
-from marinbuild.actions.keys import short
+from marinbuild.actions.analysis.graph import Checkpoint, Graph, SourceFile
+from marinbuild.actions.analysis.keys import short
 from marinbuild.errors import Location, StoreError
 from marinbuild.labels import parse_label
 from marinbuild.provenance.attempts import key_attempts
+from marinbuild.provenance.metrics import directory_metrics
 from marinbuild.store import ActionCache, CacheEntry
 from marinbuild.store.manifest import FileEntry, Manifest, hash_tree
 from marinbuild.targets.rule import Rule, Target, checkpoint_dir
@@ -59,7 +60,7 @@ def stored_recipe(cache: ActionCache, key: str) -> StoredRecipe:
             )
         record = attempts[-1].record
         recipe = {"rule": record["rule"], "version": record["rule_version"]}
-    if "shard_of" in record:  # a unit of a sharded step (actions/shards.py) runs with its step
+    if "shard_of" in record:  # a unit of a sharded step (actions/execution/shards.py) runs with its step
         step = record["shard_of"]
         raise StoreError(
             f"{short(key)} is the unit {record['shard']} of the sharded step {step['label']}, and reruns with it",
@@ -197,15 +198,6 @@ def compare_metrics(
     return differences
 
 
-def read_metrics(directory: Path, rule: Rule) -> dict[str, Any]:
-    if rule.metrics_file is None:
-        return {}
-    try:
-        return json.loads((directory / rule.metrics_file).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def check_outputs(cache: ActionCache, rule: Rule, key: str, side: Path) -> CheckReport:
     """Compare a rerun's outputs in `side` with those published under `key`."""
     outputs = cache.lookup(key).outputs
@@ -216,16 +208,16 @@ def check_outputs(cache: ActionCache, rule: Rule, key: str, side: Path) -> Check
     if rule.check_metrics is None:
         published = _with_kept_states(cache, outputs.manifest, entry)
         return CheckReport(key, label, side, "bytes", compare_bytes(published, hash_tree(side)))
-    recorded = read_metrics(cache.local_dir(outputs), rule)
+    recorded = directory_metrics(cache.local_dir(outputs), rule)
     return CheckReport(
-        key, label, side, "metrics", compare_metrics(recorded, read_metrics(side, rule), rule.check_metrics)
+        key, label, side, "metrics", compare_metrics(recorded, directory_metrics(side, rule), rule.check_metrics)
     )
 
 
 def _with_kept_states(cache: ActionCache, manifest: Manifest, entry: CacheEntry | str) -> Manifest:
     """What the step wrote into its output: its published files and, under
     `checkpoint_dir(step)`, each state it kept, which lives in its own entry (a run aside
-    publishes nothing, so its output still holds them; actions/kept_states.py)."""
+    publishes nothing, so its output still holds them; actions/execution/kept_states.py)."""
     if not isinstance(entry, CacheEntry):
         return manifest
     files = list(manifest.files)

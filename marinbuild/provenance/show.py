@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from marinbuild.actions.keys import checkpoint_key
+from marinbuild.actions.analysis.keys import checkpoint_key
 from marinbuild.errors import StoreError
+from marinbuild.provenance.metrics import stored_metrics
 from marinbuild.store import ActionCache, CacheEntry, layout
 from marinbuild.store.mirrors import MirrorHit
 from marinbuild.targets.rule import Rule
@@ -29,19 +29,6 @@ PROVENANCE_FIELDS = (
     "attempt",
     "rule_code",
 )
-
-
-def read_metrics(cache: ActionCache, entry: CacheEntry, rule: Rule | None) -> dict[str, Any]:
-    """The summary metrics of an ML step (its rule's `metrics_file`), verified; {} if none."""
-    if rule is None or rule.metrics_file is None:
-        return {}
-    listed = {item.path: item for item in entry.manifest.files}.get(rule.metrics_file)
-    if listed is None:
-        return {}
-    data = cache.read_output(entry.key, listed)
-    if data is None:
-        raise StoreError(f"{rule.metrics_file} of {entry.key[:12]} is missing or does not match its manifest")
-    return json.loads(data)
 
 
 def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive: bool = False) -> dict[str, Any]:
@@ -83,10 +70,10 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
         "outputs": entry.manifest.to_json(),
         "total_bytes": entry.manifest.total_bytes,
         # An entry only in a mirror: its outputs are not read across regions (nor its metrics).
-        "metrics": read_metrics(cache, entry, rule) if hit is None else {},
+        "metrics": stored_metrics(cache, entry, rule) if hit is None else {},
         # The states it kept, each an entry of its own (`show KEY` describes one), by step.
         **({"checkpoints": kept_entries, "checkpoint_outputs": kept_at} if kept else {}),
-        # The units a sharded step mapped (actions/shards.py), each an entry `show KEY` describes.
+        # The units a sharded step mapped (actions/execution/shards.py), each an entry `show KEY` describes.
         **({"shards": record["shards"]} if record.get("shards") else {}),
         # What the attempt that made the output measured (`ctx.measure`): not part of it.
         "measured": record.get("measured", {}),

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from marinbuild.actions.results import BuildResult, Status, TargetResult
+from marinbuild.actions.bookkeeping.results import BuildResult, Status, TargetResult
 from marinbuild.errors import GraphError, LabelError, LoadError, QueryError
 from marinbuild.provenance.explain import CODE_CHANGED
 from marinbuild.query import expressions as syntax

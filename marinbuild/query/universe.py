@@ -15,7 +15,7 @@ from __future__ import annotations
 import posixpath
 from pathlib import Path
 
-from marinbuild.actions.graph import SourceFile, pattern_packages, resolve
+from marinbuild.actions.analysis.graph import SourceFile, pattern_packages, resolve
 from marinbuild.errors import GraphError, LabelError, LoadError, MarinbuildError
 from marinbuild.labels import Label, PatternKind, parse_label, parse_pattern
 from marinbuild.packages import BUILD_FILE, Package, PackageLoader

@@ -1,10 +1,13 @@
 """`marinbuild report`: one static HTML page per experiment, from the workspace and the store alone.
 
-collect    what to show: statuses (the dry run's), attempts and logs, small outputs
-diagram    the dependency graph as SVG (Graphviz when installed, else a layered layout)
-plots      loss curves (matplotlib, SVG)
-pages      the HTML: index.html and steps/<label>.html, self-contained
-serve      the same pages on localhost, regenerated while builds run
+collect     what to show: statuses (the dry run's), attempts and logs, the small outputs
+            each rule declares
+diagram     the dependency graph as SVG (Graphviz when installed, else a layered layout)
+plots       curves and histograms (matplotlib, SVG)
+pages       writes the pages, each self-contained: index_page (failures, graph, runs, the
+            rules' own sections, plots, steps) and step_page; runs is the runs table;
+            blocks the small pieces they share, and the call of a rule's own section
+serve       the same pages on localhost, regenerated while builds run
 """
 
 from __future__ import annotations

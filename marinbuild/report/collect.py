@@ -3,9 +3,11 @@
 Statuses come from the same dry run as `build --dry-run` and `query cached()/stale()/
 failed()`, so the report never disagrees with them about what a build would do: a step
 built only in a mirror of the store (another region's bucket) shows that bucket's entry
-and what a copy would move, and none of its output files (they are not read across regions). Output
-files (metrics, summaries, plots, fits) are read from the store by manifest path and
-checked against their digests, so a report of a `gs://` store downloads only them.
+and what a copy would move, and none of its output files (they are not read across
+regions). The output files a step's rule declares (its summary metrics, curves, what its
+report section reads), data steps' summary.json and plots are read from the store by
+manifest path and checked against their digests, so a report of a `gs://` store
+downloads only them.
 """
 
 from __future__ import annotations
@@ -18,21 +20,23 @@ from functools import cached_property
 from typing import Any
 
 from marinbuild import provenance
-from marinbuild.actions.graph import Graph
-from marinbuild.actions.results import Status, TargetResult
+from marinbuild.actions.analysis.graph import Graph
+from marinbuild.actions.bookkeeping.results import Status, TargetResult
 from marinbuild.packages.rule_modules import workspace_rules
-from marinbuild.provenance.compare import Differences, entry_reader, metric_rows, side_by_side
+from marinbuild.provenance.differences import Differences, side_by_side
+from marinbuild.provenance.lineage import entry_reader
 from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
-from marinbuild.store.action_cache import CacheEntry
+from marinbuild.store.entries import CacheEntry
 from marinbuild.store.manifest import FileEntry
 from marinbuild.store.mirrors import MirrorHit
-from marinbuild.targets.rule import Target
+from marinbuild.targets.outputs import Curves
+from marinbuild.targets.rule import Rule, Target
 
 LOG_TAIL_LINES = 60
-METRICS_FILE = "metrics.jsonl"  # one JSON object a step, as train_lm writes it
+# What every data rule writes (docs/rules.md): its counts and distributions, in the fields
+# the engine defines (provenance/data_counts.py, targets/distributions.py), shown on its page.
 SUMMARY_FILE = "summary.json"
-FIT_FILE = "fit.json"  # fit_scaling_law's result (docs/delphi.md)
 PLOT_SUFFIXES = (".png", ".svg")
 _MAX_READ_BYTES = 8 * 2**20  # larger files are listed, not read into the report
 _MAX_PLOTS_PER_STEP = 8
@@ -77,7 +81,7 @@ class StepReport:
     # Small outputs read for the report; filled once, before anything parses them.
     files: dict[str, OutputFile] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # output files whose bytes did not match
-    pin: dict[str, Any] | None = None  # an external artifact's: where it lives, its pin (actions/pins.py)
+    pin: dict[str, Any] | None = None  # an external artifact's: where it lives, its pin (actions/analysis/pins.py)
     copied: dict[str, Any] | None = None  # where its entry was copied from, if from a mirror (store/mirrors.py)
     mirrored: MirrorHit | None = None  # where its entry is if only in a mirror (no output is read there)
 
@@ -99,19 +103,15 @@ class StepReport:
             return None
 
     @cached_property
-    def metrics_rows(self) -> list[dict[str, Any]]:
-        found = self.files.get(METRICS_FILE)
-        return metric_rows(found.data) if found is not None else []
+    def curve_rows(self) -> list[dict[str, Any]]:
+        """The rows of the curves its rule declares (`Rule.curves`), if it wrote them."""
+        curves = self.target.rule.curves
+        found = self.files.get(curves.file) if curves is not None else None
+        return Curves.rows(found.data) if found is not None else []
 
     @property
     def plots(self) -> list[OutputFile]:
         return [found for path, found in sorted(self.files.items()) if path.endswith(PLOT_SUFFIXES)]
-
-    @cached_property
-    def fit(self) -> dict[str, Any] | None:
-        """A scaling-law fit (fit.json with forecasts), if the step wrote one."""
-        found = self.json_file(FIT_FILE)
-        return found if isinstance(found, dict) and isinstance(found.get("forecasts"), list) else None
 
 
 @dataclass(frozen=True)
@@ -138,12 +138,8 @@ class Report:
 
     @property
     def runs(self) -> list[StepReport]:
-        """Steps whose output has a metrics.jsonl: training runs (each with its entry)."""
-        return [step for step in self.steps.values() if step.entry is not None and step.metrics_rows]
-
-    @property
-    def fits(self) -> list[StepReport]:
-        return [step for step in self.steps.values() if step.fit is not None]
+        """Steps whose output holds the curves their rule declares: training runs (each with its entry)."""
+        return [step for step in self.steps.values() if step.entry is not None and step.curve_rows]
 
     def counts(self) -> dict[StepStatus, int]:
         return {status: sum(step.status is status for step in self.steps.values()) for status in StepStatus}
@@ -182,7 +178,7 @@ def collect(session: Session, patterns: Sequence[str]) -> Report:
             mirrored=mirrored,
         )
         if entry is not None and mirrored is None:  # a mirror's outputs are not read across regions
-            _read_outputs(session, step, entry)
+            _read_outputs(session, step, entry, _declared_files(step.target.rule))
         steps[label] = step
     failures = [_failure(session, step) for step in steps.values() if step.status is StepStatus.FAILED]
     report = Report(list(patterns), session.store.url, str(session.workspace.root), graph, steps, failures)
@@ -214,19 +210,22 @@ def _tail(text: str | None) -> str | None:
     return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
 
 
-def _wanted(entry: FileEntry) -> bool:
-    name = entry.path.rsplit("/", 1)[-1]
-    top_level = "/" not in entry.path
-    return entry.size <= _MAX_READ_BYTES and (
-        (top_level and name in (METRICS_FILE, SUMMARY_FILE, FIT_FILE, "metrics.json")) or name.endswith(PLOT_SUFFIXES)
-    )
+def _declared_files(rule: Rule) -> set[str]:
+    """The output files a rule declares for readers (targets/outputs.py), and the summary."""
+    declared = {SUMMARY_FILE, *([rule.metrics_file] if rule.metrics_file else [])}
+    declared |= {rule.curves.file} if rule.curves is not None else set()
+    return declared | set(rule.report_section.reads if rule.report_section is not None else ())
 
 
-def _read_outputs(session: Session, step: StepReport, entry: CacheEntry) -> None:
+def _wanted(entry: FileEntry, declared: set[str]) -> bool:
+    return entry.size <= _MAX_READ_BYTES and (entry.path in declared or entry.path.endswith(PLOT_SUFFIXES))
+
+
+def _read_outputs(session: Session, step: StepReport, entry: CacheEntry, declared: set[str]) -> None:
     """Read the step's small, report-worthy output files, each checked against the manifest."""
     plots = 0
     for item in entry.manifest.files:
-        if not _wanted(item):
+        if not _wanted(item, declared):
             continue
         if item.path.endswith(PLOT_SUFFIXES):
             if plots >= _MAX_PLOTS_PER_STEP:

@@ -1,8 +1,9 @@
 """Loss curves and histograms as inline SVG, drawn with matplotlib.
 
-One figure overlays every run: a colour per run, training loss solid, evaluation loss
-dashed with markers (dotted: one evaluation set of several). A distribution a step cut on
-is a histogram with its threshold as a line. Text stays text (`svg.fonttype: none`), so
+One figure overlays every run: a colour per run, and a line style per curve as the run's
+rule declares its curves (`Rule.curves`): the first solid (training loss), the others
+dashed with markers (evaluation loss), one evaluation set of several dotted. A
+distribution a step cut on is a histogram with its threshold as a line. Text stays text (`svg.fonttype: none`), so
 the legend is readable and searchable; the hash salt is fixed so that the same metrics
 give the same bytes.
 """
@@ -15,9 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from marinbuild.targets.distributions import Distribution
+from marinbuild.targets.outputs import Curves
 
-TRAIN_LOSS = "train/loss"
-EVAL_LOSS = "eval/loss"
 _MAX_POINTS = 2000  # per curve: more only makes the page heavier
 _LEGEND_ROWS = 10  # more curves than this: a key of runs and one of curves, below the plot
 _LEGEND_FONT_PT = 7
@@ -33,30 +33,24 @@ class Curve:
     metric: str  # e.g. train/loss, eval/loss
     steps: list[int]
     values: list[float]
+    line: str = "--"  # matplotlib's line style: "-" solid, "--" dashed, ":" dotted
 
 
-def loss_curves(run: str, rows: Sequence[dict[str, Any]]) -> list[Curve]:
-    """A run's training and evaluation loss from its metrics.jsonl rows, and the loss of
-    each evaluation set (`eval/<set>/loss`) when there are several: with one set, that
-    series is the overall evaluation loss again."""
-    names = {name for row in rows for name in row}
-    per_set = sorted(
-        name for name in names if name.startswith("eval/") and name.endswith("/loss") and name != EVAL_LOSS
-    )
-    wanted = [name for name in (TRAIN_LOSS, EVAL_LOSS) if name in names] + (per_set if len(per_set) > 1 else [])
-    curves = []
-    for name in wanted:
-        points = [(row["step"], float(row[name])) for row in rows if isinstance(row.get(name), (int, float))]
-        if points:
-            curves.append(Curve(run, name, [step for step, _ in points], [value for _, value in points]))
-    return curves
+def run_curves(run: str, rows: Sequence[dict[str, Any]], declared: Curves | None) -> list[Curve]:
+    """A run's curves among the rows of its declared curves file, and the curve of each
+    evaluation set when there are several: with one set, it is the overall one again."""
+    if declared is None:
+        return []
+    lines = {metric: "-" if index == 0 else "--" for index, metric in enumerate(declared.metrics)}
+    return [
+        Curve(run, metric, steps, values, lines.get(metric, ":"))
+        for metric, steps, values in declared.series(rows, every_set=True)
+    ]
 
 
-def _line_style(metric: str) -> dict[str, Any]:
-    """Training loss solid; evaluation loss dashed, with markers; one evaluation set of several dotted."""
-    if metric == TRAIN_LOSS:
-        return {"linestyle": "-", "marker": None}
-    return {"linestyle": "--" if metric == EVAL_LOSS else ":", "marker": "o"}
+def _line_style(line: str) -> dict[str, Any]:
+    """A solid line plain; the others with markers."""
+    return {"linestyle": line, "marker": None if line == "-" else "o"}
 
 
 def curves_svg(curves: Sequence[Curve], title: str) -> str:
@@ -80,7 +74,7 @@ def curves_svg(curves: Sequence[Curve], title: str) -> str:
                 markersize=4,
                 linewidth=1.6,
                 label=f"{curve.run} {curve.metric}",
-                **_line_style(curve.metric),
+                **_line_style(curve.line),
             )
         axes.set_xlabel("step")
         axes.set_ylabel("loss")
@@ -89,19 +83,21 @@ def curves_svg(curves: Sequence[Curve], title: str) -> str:
         if len(curves) <= _LEGEND_ROWS:
             axes.legend(fontsize=8)
         else:
-            _key_below(figure, colours, list(dict.fromkeys(curve.metric for curve in curves)))
+            _key_below(figure, colours, {curve.metric: curve.line for curve in curves})
         return _svg(figure)
 
 
-def _key_below(figure: Any, colours: dict[str, Any], metrics: list[str]) -> None:
+def _key_below(figure: Any, colours: dict[str, Any], lines: dict[str, str]) -> None:
     """A sweep's many curves (8 runs of 4 curves each): a key of colours, a run each, and one of
     line styles, a curve each, below the plot, in as many columns as its longest label lets
     fit across the figure, so that every entry shows whole, however many runs there are."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colour, linewidth=1.6) for colour in colours.values()]
-    handles += [Line2D([], [], color="#455a64", linewidth=1.6, markersize=4, **_line_style(m)) for m in metrics]
-    labels = [_shortened(text) for text in (*colours, *metrics)]
+    handles += [
+        Line2D([], [], color="#455a64", linewidth=1.6, markersize=4, **_line_style(line)) for line in lines.values()
+    ]
+    labels = [_shortened(text) for text in (*colours, *lines)]
     # A character of the legend's font is at most about 0.62 of its size; the line and the
     # spaces around an entry take some 40 points.
     entry_pt = 0.62 * _LEGEND_FONT_PT * max(len(label) for label in labels) + 40

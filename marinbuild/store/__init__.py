@@ -8,20 +8,17 @@ from pathlib import Path
 from marinbuild.errors import StoreError
 from marinbuild.hashing import StatCache
 from marinbuild.store import layout
-from marinbuild.store.action_cache import (
-    ActionCache,
+from marinbuild.store.action_cache import ActionCache
+from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec
+from marinbuild.store.deadlines import StorePolicy
+from marinbuild.store.entries import (
     Attempt,
     AttemptStatus,
     CacheEntry,
-    Lookup,
     Outputs,
-    Staging,
-    Uploaded,
     attempt_id_time,
     new_attempt_id,
 )
-from marinbuild.store.base import Lease, ObjectStat, Store, StoreSpec
-from marinbuild.store.deadlines import StorePolicy
 from marinbuild.store.local import LocalStore
 from marinbuild.store.records import Records
 from marinbuild.store.transfers import reporting_transfers
@@ -33,14 +30,11 @@ __all__ = [
     "AttemptStatus",
     "CacheEntry",
     "Lease",
-    "Lookup",
     "ObjectStat",
     "Outputs",
     "Records",
-    "Staging",
     "Store",
     "StoreSpec",
-    "Uploaded",
     "attempt_id_time",
     "new_attempt_id",
     "open_store",

@@ -1,4 +1,4 @@
-"""Deadlines and retries for every request to a remote store (DESIGN.md #9: a build always ends).
+"""Deadlines and retries for every request to a remote store (a build always ends: docs/guarantees.md).
 
 Two limits, both settings (`store_timeout_s` and `store_retry_budget_s` in
 `[tool.marinbuild]`; `MARINBUILD_STORE_TIMEOUT_S` and `MARINBUILD_STORE_RETRY_BUDGET_S`

@@ -10,7 +10,7 @@ hex digits of the key so that no directory (or GCS prefix) grows huge or hot.
     labels/<ld>/<id>.<key>              an index of the attempts of one label (ld: its digest)
     blobs/<dd>/<digest>                 source files read by built steps, by content (for rerun)
     invocations/<id>.json               one record per build command
-    invocations/<id>.events.jsonl       its event stream (actions/events.py)
+    invocations/<id>.events.jsonl       its event stream (actions/bookkeeping/events.py)
     scratch/<kk>/<key>/                 stable per-key scratch for resumable rules
     locks/<kk>/<key>.lock               leases: one runner per key at a time
     pins/<key>                          keys `cache gc` keeps whatever the workspace says

@@ -31,8 +31,9 @@ from pathlib import Path
 
 from marinbuild.errors import StoreReadOnly
 from marinbuild.store import layout
-from marinbuild.store.action_cache import ActionCache, AttemptStatus, CacheEntry, attempt_id_time, new_attempt_id
+from marinbuild.store.action_cache import ActionCache
 from marinbuild.store.base import ObjectStat, Store
+from marinbuild.store.entries import AttemptStatus, CacheEntry, attempt_id_time, new_attempt_id
 from marinbuild.store.records import Records
 
 _ENTRY_TIME = "%Y-%m-%dT%H:%M:%SZ"

@@ -30,7 +30,7 @@ store's salt (`store.json`), which enters every key.
   many bytes, when, by whom): `show` prints it, `cache stats` sums bytes per region pair.
 
 The egress budget (how many bytes a build may copy across regions) is the scheduler's to
-enforce: it knows which copies one build makes (`actions/mirror_copies.py`).
+enforce: it knows which copies one build makes (`actions/execution/mirror_copies.py`).
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ from marinbuild.errors import StoreError
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
 from marinbuild.store import layout, open_store, store_salt
-from marinbuild.store.action_cache import LISTING_PAYS_FROM, ActionCache, CacheEntry, Outputs, verify_entry
+from marinbuild.store.action_cache import LISTING_PAYS_FROM, ActionCache
 from marinbuild.store.base import ObjectStat, Store, StoreSpec
+from marinbuild.store.entries import CacheEntry, Outputs, verify_entry
 
 if TYPE_CHECKING:
     from marinbuild.store.gcs import GCSStore

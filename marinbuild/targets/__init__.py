@@ -1,6 +1,8 @@
-"""Targets: the rules API (attributes, rules, targets, the step context) and the built-in rules."""
+"""Targets: the rules API — attributes, rules, targets, the step context (`ctx`), the units
+of a sharded step, what a rule declares its outputs hold — and the built-in rules."""
 
 from marinbuild.targets.attrs import REQUIRED, Attr, AttrType
+from marinbuild.targets.outputs import Curves, ReportSection, StepOutputs
 from marinbuild.targets.rule import (
     Execution,
     Resources,
@@ -17,13 +19,16 @@ __all__ = [
     "REQUIRED",
     "Attr",
     "AttrType",
+    "Curves",
     "Execution",
+    "ReportSection",
     "Resources",
     "RetryPolicy",
     "Rule",
     "ShardResult",
     "ShardUnit",
     "StepInput",
+    "StepOutputs",
     "Target",
     "checkpoint_dir",
     "checkpoint_name",

@@ -23,11 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.targets.attrs import JsonValue
-from marinbuild.targets.shards import ShardFn, ShardResult, ShardUnit
+from marinbuild.targets.shards import ShardResult, ShardUnit
 
 ProgressFn = Callable[[float, "float | None", str], None]
 # Publishes a kept state of the running step: its step, and the directory holding its files.
 CheckpointFn = Callable[[int, Path], None]
+# Runs the units of the step running now (`map_shards`): given the driver's context, the
+# unit function ("module:function") and the units; their results in the same order.
+ShardFn = Callable[["Context", str, Sequence[ShardUnit]], list[ShardResult]]
 # Among what an attempt measured, the warnings it gave (`Context.warn`), which the build prints.
 WARNINGS = "warnings"
 

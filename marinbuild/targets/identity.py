@@ -1,6 +1,6 @@
 """A target's identity attributes as canonical JSON with a hole for each label.
 
-An action key is the digest of a recipe's canonical JSON (actions/keys.py), and all of a
+An action key is the digest of a recipe's canonical JSON (actions/analysis/keys.py), and all of a
 recipe but the tokens its labels stand for is fixed when the BUILD file is read. So the
 JSON is written once, when the target is declared, with a hole where each label's token
 goes, and kept with the target in the package cache: a no-op build of 10,000 targets then

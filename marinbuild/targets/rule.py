@@ -19,6 +19,7 @@ from marinbuild.labels import Label
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.identity import IdentityTemplate, identity_template
+from marinbuild.targets.outputs import Curves, ReportSection
 from marinbuild.targets.tpu import TpuSlice, is_tpu_type, tpu_slice
 
 if TYPE_CHECKING:
@@ -171,76 +172,69 @@ ReadScratch = Callable[[str], "bytes | None"]
 
 @dataclass(frozen=True)
 class Rule:
-    """A kind of step. Bump `version` when a change of `impl` should rebuild old outputs."""
+    """A kind of step: its name, attributes and `impl(ctx)`, and what the engine should know
+    of it. Only `name`, `version` and the identity attributes enter a step's key: bump
+    `version` when a change of `impl` should rebuild old outputs."""
 
     name: str
     impl: Callable[[Context], None]
     attrs: Mapping[str, Attr]
     version: int = 1
     doc: str = ""
+    # -- how a step runs
     resources: Resources = Resources()
-    resumable: bool = False
-    # The implementation reads its inputs through `ctx.url(label)` (fsspec, tensorstore):
-    # on a remote store nothing is downloaded for it, and `ctx.files(label)` is an error.
-    reads_urls: bool = False
-    retry: RetryPolicy = RetryPolicy()
-    # True: the impl runs once per host of a multi-host request (TPU slice, GPU hosts), each
-    # process seeing `ctx.distributed`; False: a request for several hosts is refused.
-    multi_host: bool = False
     execution: Execution = Execution.THREAD
-    # Distributions whose versions are recorded in each output's provenance (e.g. "jax").
-    packages: tuple[str, ...] = ()
-    # True: a target of this rule names data that exists already (`external`): it never
-    # runs, and its output is what `marinbuild pin` recorded in marinbuild.lock.
-    pinned: bool = False
-    # Environment variables the step is given besides the allow-list ("NAME": passed from
-    # the builder's environment; "NAME=value": set). Recorded in each attempt, not in the key.
-    env: tuple[str, ...] = ()
-    # Checks across attributes at load time; raises ValueError so the error names the BUILD line.
-    validate: Callable[[Mapping[str, JsonValue]], None] | None = None
-    # Files outside the workspace the step reads, by a stable name (e.g. the interpreter's
-    # standard library): their content digests enter the key, hashed through the stat
-    # cache like source files, so the key follows their content and never their location.
-    external_inputs: Callable[[Mapping[str, JsonValue]], Mapping[str, Path]] | None = None
-    # One line about an output (e.g. its final loss), printed after a build that names the
-    # target. It reads the output directory, so it must be cheap; None when there is nothing to say.
-    headline: Callable[[Path], str | None] | None = None
-    # Modules `impl` imports lazily that are part of the implementation: their source counts
-    # in the rule's code digest (marinbuild explain reports code changed since an output).
-    code_modules: tuple[str, ...] = ()
-    # A JSON file among the outputs holding the step's summary metrics (e.g. "summary.json"),
-    # shown by `marinbuild show` and returned by `marinbuild.metrics()`.
-    metrics_file: str | None = None
-    # For a rule that evaluates a model: the numbers of its metrics file by what was evaluated,
-    # {data set or task: {metric: value}} ("a+b" for a number over several). `compare` and the
-    # report name each `eval.<what>.<metric>`, so that evaluations of the same data share a column
-    # whichever target made them; the engine never reads the metrics file's layout itself.
-    evaluated: Callable[[Mapping[str, Any]], Mapping[str, Mapping[str, Any]]] | None = None
-    # For a step whose bytes are not reproducible (training): `rerun --check` compares these
-    # metrics, each within its relative tolerance, instead of the output bytes.
-    check_metrics: Mapping[str, float] | None = None
-    # For a resumable rule: given the files of a key's scratch space (paths relative to it)
-    # and a function reading one (its bytes, None if absent), where a new attempt would
-    # resume, in words ("the checkpoint at step 10"); None: from the start. `build`, `build
-    # --dry-run` and `explain` say so.
-    resume_point: Callable[[Sequence[str], ReadScratch], str | None] | None = None
-    # For a rule whose steps pass through states worth keeping (train_lm's checkpoints): the
-    # attribute listing the steps a target keeps. Each kept state is its own entry, under a
-    # key derived from the target's key and the step (`keys.checkpoint_recipe`), published
-    # as soon as the running step reaches it (`ctx.publish_checkpoint`). The implementation
-    # also puts its files under `checkpoint_dir(step)` of the output: when the step ends, a
-    # state not yet published is published from there, and `checkpoints/` is left out of
-    # the output, so a kept state is stored once, in its entry. Other targets read it by
-    # `step_inputs`.
-    keeps_checkpoints: str | None = None
-    # Label attributes that, with a step attribute set, read one kept state of the target
-    # they name instead of its whole output: `eval_lm(model = ":run", step = 2000)`.
-    step_inputs: Mapping[str, StepInput] = field(default_factory=dict)
-    # True: `impl` is a driver that maps units of work over the shards of its inputs
-    # (`ctx.map_shards`, targets/shards.py), each under a key of its own. It only
-    # orchestrates, so it runs in the builder, whatever the executor; the units run in
-    # worker processes here, or as Ray tasks with `--executor ray`.
+    retry: RetryPolicy = RetryPolicy()
+    # Resumes from its checkpoints in the key's scratch space after an interrupted attempt.
+    resumable: bool = False
+    # Runs once per host of a multi-host request, each process seeing `ctx.distributed`.
+    multi_host: bool = False
+    # `impl` drives units of work (`ctx.map_shards`, targets/shards.py), each under a key of
+    # its own; it runs in the builder, the units in worker processes or as Ray tasks.
     sharded: bool = False
+    # Reads its inputs by `ctx.url(label)` (fsspec, tensorstore): nothing is downloaded for it.
+    reads_urls: bool = False
+    # Environment variables given besides the allow-list ("NAME" passed on, "NAME=value"
+    # set); recorded in each attempt, never in the key.
+    env: tuple[str, ...] = ()
+    # -- what it reads and records
+    # Checks across attributes when a BUILD file is loaded (ValueError names its line).
+    validate: Callable[[Mapping[str, JsonValue]], None] | None = None
+    # Files outside the workspace the step reads, by a stable name: their content digests
+    # enter the key, never their location.
+    external_inputs: Callable[[Mapping[str, JsonValue]], Mapping[str, Path]] | None = None
+    # Distributions whose versions each output's provenance records (e.g. "jax").
+    packages: tuple[str, ...] = ()
+    # Modules `impl` imports lazily whose source is part of the rule's code digest.
+    code_modules: tuple[str, ...] = ()
+    # A target names data that exists already (`external`): never run, its output pinned.
+    pinned: bool = False
+    # -- what its output holds, for show, compare and the report (targets/outputs.py)
+    # One cheap line about an output (a final loss), printed after a build naming it.
+    headline: Callable[[Path], str | None] | None = None
+    # A JSON file of the step's summary numbers, for `show` and `marinbuild.metrics()`.
+    metrics_file: str | None = None
+    # The metrics a training step logs per step: its output is a run.
+    curves: Curves | None = None
+    # An evaluation's numbers by what it evaluated, {data set or task: {metric: value}}:
+    # `compare` and the report name them `eval.<what>.<metric>`.
+    evaluated: Callable[[Mapping[str, Any]], Mapping[str, Mapping[str, Any]]] | None = None
+    # The rule's own section of the report.
+    report_section: ReportSection | None = None
+    # For outputs whose bytes are not reproducible (training): `rerun --check` compares
+    # these metrics of `metrics_file`, each within its relative tolerance.
+    check_metrics: Mapping[str, float] | None = None
+    # -- checkpoints
+    # Where a new attempt would resume, in words, from the files of a key's scratch space
+    # (their paths, and a function reading one); None: from the start.
+    resume_point: Callable[[Sequence[str], ReadScratch], str | None] | None = None
+    # The attribute listing the steps at which a target keeps a state: each is an entry of
+    # its own (docs/checkpoints.md), published as the step reaches it, which other targets
+    # read by `step_inputs`.
+    keeps_checkpoints: str | None = None
+    # Label attributes that, with their step attribute set, read one kept state of the
+    # target they name: `eval_lm(model = ":run", step = 2000)`.
+    step_inputs: Mapping[str, StepInput] = field(default_factory=dict)
     all_attrs: Mapping[str, Attr] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -260,7 +254,8 @@ class Rule:
         return f"{self.impl.__module__}:{self.impl.__qualname__}"
 
 
-def import_impl(path: str) -> Callable[[Context], None]:
+def import_function(path: str) -> Callable[..., Any]:
+    """The function a "module:function" path names (a rule's impl, a unit's, a report section)."""
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
 

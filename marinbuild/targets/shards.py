@@ -7,7 +7,7 @@ own output from their results. Each unit is a step of its own with its own key, 
 the rule's identity, the unit's function and parameters, and the *contents* of its
 files (never their names): so adding a file to an input runs only the unit that reads
 it, a build killed half-way keeps the units it finished, and changing a parameter reruns
-every unit that reads it. The engine (marinbuild/actions/shards.py) looks each key up,
+every unit that reads it. The engine (marinbuild/actions/execution/shards.py) looks each key up,
 runs what is missing in parallel (locally, or as Ray tasks) and publishes each as an
 entry.
 
@@ -22,15 +22,12 @@ import errno
 import json
 import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from marinbuild.targets.attrs import JsonValue
-
-if TYPE_CHECKING:
-    from marinbuild.targets.context import Context
 
 
 @dataclass(frozen=True)
@@ -78,8 +75,3 @@ class ShardResult:
             if error.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES):
                 raise
             shutil.copyfile(source, destination)
-
-
-# What runs the units of the step running now: given the driver's context, the unit
-# function ("module:function") and the units; returns their results in the same order.
-ShardFn = Callable[["Context", str, Sequence[ShardUnit]], list[ShardResult]]

@@ -18,11 +18,12 @@ from typing import Any
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, AttrError, JsonValue
 from marinbuild.targets.context import Context
+from marinbuild.targets.outputs import Curves
 from marinbuild.targets.rule import Execution, ReadScratch, Resources, RetryPolicy, Rule, StepInput, checkpoint_name
 from rules.common import lm_config
 from rules.common.headline import json_headline, summary_headline
 from rules.common.hub import ALLOW_UNPINNED, HUB_ENV, NO_TORCH, check_pinned
-from rules.common.training_files import SUMMARY, resume_step
+from rules.common.training_files import METRICS, SUMMARY, resume_step
 from rules.lm.constants import EVAL_METRICS, LEVANTER_MODULES, ML_PACKAGES, WANDB_ENV
 
 # The fields of `tracker = {"type": "wandb", ...}` (those of Levanter's WandbConfig).
@@ -192,6 +193,7 @@ TRAINING_RUN: dict[str, Any] = {
     # A preempted or killed run resumes from its checkpoints in the key's scratch.
     "retry": RetryPolicy(worker_lost=10),
     "metrics_file": SUMMARY,
+    "curves": Curves(METRICS, ("train/loss", "eval/loss"), per_set="eval/*/loss"),
     "resume_point": resume_point,
     # Bit-identical on CPU with a fixed seed, but not promised across machines and XLA versions.
     "check_metrics": {

@@ -17,6 +17,7 @@ from typing import Any
 from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context
+from marinbuild.targets.outputs import ReportSection
 from marinbuild.targets.rule import Execution, Resources, Rule
 from rules.common.headline import json_headline
 from rules.common.ranges import check_attrs
@@ -113,6 +114,9 @@ fit_scaling_law = Rule(
     },
     validate=_validate,
     headline=_headline,
+    report_section=ReportSection(
+        "rules.scaling.report:fit_section", (FIT_FILE,), "Scaling law", "Scaling laws", "scaling"
+    ),
     execution=Execution.SUBPROCESS,
     resources=Resources(cpu=1, memory_gb=1),
     packages=("numpy", "matplotlib"),

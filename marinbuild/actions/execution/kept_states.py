@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions import keys
+from marinbuild.actions.analysis import keys
 from marinbuild.store import ActionCache, Attempt, Outputs, new_attempt_id
 from marinbuild.store.manifest import FileEntry, Manifest, OutputError, hash_tree
 from marinbuild.targets.rule import CHECKPOINTS_DIR, Target, checkpoint_dir, checkpoint_name

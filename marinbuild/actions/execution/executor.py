@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from marinbuild.actions.attempt import WorkerLost
-from marinbuild.store import ActionCache, Outputs, Uploaded
+from marinbuild.actions.execution.attempt import WorkerLost
+from marinbuild.store import ActionCache, Outputs
+from marinbuild.store.entries import Uploaded
 from marinbuild.store.manifest import FileEntry
 from marinbuild.targets.context import Context, InputFiles, StepFailed
 from marinbuild.targets.rule import Execution, Resources, Target
@@ -40,7 +41,7 @@ class Executor(abc.ABC):
         failed, WorkerLost when its worker died."""
 
     def run_unit(self, target: Target, impl: str, context: Context, inputs: Mapping[str, UnitInput]) -> Uploaded | None:
-        """Run one unit (`impl` over `inputs`) of the sharded step `target` (actions/shards.py):
+        """Run one unit (`impl` over `inputs`) of the sharded step `target` (actions/execution/shards.py):
         here, in a worker process. Returns outputs already uploaded under the unit's key, or
         None when they are in `context.out`; raises as `run` does."""
         run_in_subprocess(impl, context)
@@ -111,7 +112,7 @@ class LocalExecutor(Executor):
 
 
 def run_in_subprocess(impl_path: str, context: Context) -> None:
-    """Run the rule in `python -m marinbuild.actions.worker`, relaying progress, measurements
+    """Run the rule in `python -m marinbuild.actions.execution.worker`, relaying progress, measurements
     and kept states to publish.
 
     A worker killed by SIGKILL that the builder did not send (the kernel's OOM killer, a
@@ -123,7 +124,7 @@ def run_in_subprocess(impl_path: str, context: Context) -> None:
     with (
         open(context.log_path, "ab") as log,
         context.processes.popen(
-            [sys.executable, "-m", "marinbuild.actions.worker"],
+            [sys.executable, "-m", "marinbuild.actions.execution.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,

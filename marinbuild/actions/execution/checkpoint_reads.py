@@ -4,7 +4,7 @@ A target that reads another's kept state (`eval_lm(model = ":run", step = 2000)`
 for that state, not for the whole step: it is resolved from its own entry as soon as the
 running step publishes it (`ctx.publish_checkpoint`; a worker thread announces it and
 wakes the coordinator), or found in the store, where the step that keeps it publishes
-it at the latest when it ends. Publishing one state as an entry is actions/kept_states.py's.
+it at the latest when it ends. Publishing one state as an entry is kept_states.py's.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
-from marinbuild.actions import keys
-from marinbuild.actions.build_options import BuildOptions
-from marinbuild.actions.build_provenance import Provenance
-from marinbuild.actions.build_state import BuildState, Planned
-from marinbuild.actions.kept_states import kept_in_output, publish_kept_state
-from marinbuild.actions.results import Reporter, Status, TargetResult
+from marinbuild.actions.analysis import keys
+from marinbuild.actions.bookkeeping.build_provenance import Provenance
+from marinbuild.actions.bookkeeping.results import Reporter, Status, TargetResult
+from marinbuild.actions.execution.build_options import BuildOptions
+from marinbuild.actions.execution.build_state import BuildState, Planned
+from marinbuild.actions.execution.kept_states import kept_in_output, publish_kept_state
 from marinbuild.store import ActionCache, Attempt, Outputs
 from marinbuild.store.mirrors import MirrorHit
 from marinbuild.targets.rule import checkpoint_name

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions import keys
-from marinbuild.actions.attempt import RunOutcome, StepRun, WorkerLost, utc_now
-from marinbuild.actions.executor import Dependencies, Executor, UnitInput, run_in_subprocess
+from marinbuild.actions.analysis import keys
+from marinbuild.actions.execution.attempt import RunOutcome, StepRun, WorkerLost, utc_now
+from marinbuild.actions.execution.executor import Dependencies, Executor, UnitInput, run_in_subprocess
 from marinbuild.errors import OutputDamaged
 from marinbuild.hashing import canonical_json, digest_file
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Outputs

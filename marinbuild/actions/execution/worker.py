@@ -18,9 +18,9 @@ import threading
 import traceback
 from typing import TextIO
 
-from marinbuild.actions.logs import step_logger
+from marinbuild.actions.execution.logs import step_logger
 from marinbuild.targets.context import Context, StepFailed
-from marinbuild.targets.rule import import_impl
+from marinbuild.targets.rule import import_function
 
 
 def _protocol_channel() -> TextIO:
@@ -48,7 +48,7 @@ def main() -> int:
     context.progress_fn = lambda done, total, unit: emit({"progress": [done, total, unit]})
     context.checkpoint_fn = lambda step, directory: emit({"checkpoint": {"step": step, "directory": str(directory)}})
     try:
-        import_impl(request["impl"])(context)
+        import_function(request["impl"])(context)
     except StepFailed as failure:
         emit({"error": str(failure), "exit_status": failure.exit_status})
         return 1

@@ -2,7 +2,7 @@
 
 The worker takes the key's lease (following the log of the builder holding it, if any),
 re-checks the cache, and runs attempts until one succeeds or the rule's retry policy is
-spent; each is recorded in the store, run through `StepRun` (actions/attempt.py), then
+spent; each is recorded in the store, run through `StepRun` (attempt.py), then
 published or not. `rerun --check` runs a step once more the same way, aside.
 """
 
@@ -19,16 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.attempt import RunOutcome, StepRun, utc_now
-from marinbuild.actions.build_options import BuildOptions, Hooks
-from marinbuild.actions.build_provenance import Provenance
-from marinbuild.actions.build_state import BuildState, Planned
-from marinbuild.actions.executor import Executor, input_files
-from marinbuild.actions.hermetic import recorded_environment, step_environment
-from marinbuild.actions.kept_states import kept_keys, settler
-from marinbuild.actions.results import Reporter
-from marinbuild.actions.resume import resume_point
-from marinbuild.actions.shards import ShardRunner, ShardStep, stored_files
+from marinbuild.actions.bookkeeping.build_provenance import Provenance
+from marinbuild.actions.bookkeeping.results import Reporter
+from marinbuild.actions.execution.attempt import RunOutcome, StepRun, utc_now
+from marinbuild.actions.execution.build_options import BuildOptions, Hooks
+from marinbuild.actions.execution.build_state import BuildState, Planned
+from marinbuild.actions.execution.executor import Executor, input_files
+from marinbuild.actions.execution.hermetic import recorded_environment, step_environment
+from marinbuild.actions.execution.kept_states import kept_keys, settler
+from marinbuild.actions.execution.resume import resume_point
+from marinbuild.actions.execution.shards import ShardRunner, ShardStep, stored_files
 from marinbuild.errors import OutputDamaged, StoreUnavailable
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Outputs, reporting_transfers
 from marinbuild.store.live_sync import syncing
@@ -180,7 +180,7 @@ class AttemptRunner:
         provenance = {**attempt.record, "finished": utc_now(), "duration_s": round(duration, 3), **measured}
         if planned.target.rule.keeps_checkpoints:  # its entry names them: `cache gc` keeps them with it
             provenance["checkpoints"] = kept_keys(key, planned.target.attrs[planned.target.rule.keeps_checkpoints])
-        if outcome.shards:  # so does a sharded step's, its units (actions/shards.py)
+        if outcome.shards:  # so does a sharded step's, its units (actions/execution/shards.py)
             provenance["shards"] = list(outcome.shards)
         provenance.pop("status", None)
         published = outcome.uploaded or outcome.manifest

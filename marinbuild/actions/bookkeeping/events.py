@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
+from marinbuild.actions.bookkeeping.results import BuildResult, NullReporter, Reporter, Status, TargetResult
 
 # The event a finished step is, by its status (any other: step_finished).
 _EVENT_OF_STATUS = {Status.CACHED: "cache_hit", Status.FAILED: "step_failed", Status.SKIPPED: "step_skipped"}

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions import keys
-from marinbuild.actions.executor import Dependencies
-from marinbuild.actions.graph import Graph
-from marinbuild.actions.results import BuildResult, Reporter, TargetResult
+from marinbuild.actions.analysis import keys
+from marinbuild.actions.analysis.graph import Graph
+from marinbuild.actions.bookkeeping.results import BuildResult, Reporter, TargetResult
+from marinbuild.actions.execution.executor import Dependencies
 from marinbuild.hashing import StatCache
 from marinbuild.store import Outputs
 from marinbuild.targets.rule import Rule, Target

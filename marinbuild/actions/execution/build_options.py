@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from marinbuild.actions.hermetic import StepSettings
+from marinbuild.actions.execution.hermetic import StepSettings
 from marinbuild.store import Outputs
 from marinbuild.targets.rule import Resources, Target
 
@@ -39,7 +39,7 @@ class BuildOptions:
     ray_address: str | None = None
     ray_placement_timeout_s: float = 600.0
     ray_shared_scratch: str | None = None  # a directory every node mounts, for multi-host scratch
-    steps: StepSettings = StepSettings()  # environment, sandbox, default timeout (actions/hermetic.py)
+    steps: StepSettings = StepSettings()  # environment, sandbox, default timeout (hermetic.py)
     # Look keys missing from the store up in its mirrors, and copy what they hold within
     # this budget; None: mirrors are not asked (commands that only read the store).
     egress: Egress | None = None

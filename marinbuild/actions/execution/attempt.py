@@ -21,15 +21,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.hermetic import compilation_cache, sandbox_command
-from marinbuild.actions.logs import close_logger, step_logger
-from marinbuild.store import AttemptStatus, Staging, Uploaded
+from marinbuild.actions.execution.hermetic import compilation_cache, sandbox_command
+from marinbuild.actions.execution.logs import close_logger, step_logger
+from marinbuild.store import AttemptStatus
+from marinbuild.store.entries import Staging, Uploaded
 from marinbuild.store.manifest import Manifest, OutputError, hash_tree
 from marinbuild.targets.attrs import JsonValue
-from marinbuild.targets.context import CheckpointFn, ChildProcesses, Context, InputFiles, ProgressFn, StepFailed
-from marinbuild.targets.shards import ShardFn
+from marinbuild.targets.context import (
+    CheckpointFn,
+    ChildProcesses,
+    Context,
+    InputFiles,
+    ProgressFn,
+    ShardFn,
+    StepFailed,
+)
 
-_MARINBUILD_SOURCE = Path(__file__).resolve().parents[2]  # what holds marinbuild/ (this is actions/attempt.py)
+# What holds marinbuild/ (this is marinbuild/actions/execution/attempt.py).
+_MARINBUILD_SOURCE = Path(__file__).resolve().parents[3]
 
 
 class WorkerLost(Exception):
@@ -96,7 +105,7 @@ class StepRun:
     and `settle_kept`, given the output once the step ended, makes each an entry of its own
     and leaves them out of the output (kept_states.settle_kept_states), so that they are
     stored once however the step ran; `shards` runs the units of a sharded step
-    (actions/shards.py)."""
+    (actions/execution/shards.py)."""
 
     def __init__(
         self,

@@ -20,17 +20,17 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.attempt import RunOutcome
-from marinbuild.actions.build_options import BuildOptions, Hooks
-from marinbuild.actions.build_provenance import Provenance
-from marinbuild.actions.build_state import BuildState, Planned
-from marinbuild.actions.checkpoint_reads import CheckpointReads
-from marinbuild.actions.executor import Executor, LocalExecutor
-from marinbuild.actions.graph import Graph
-from marinbuild.actions.mirror_copies import MirrorCopies
-from marinbuild.actions.planning import Planner
-from marinbuild.actions.results import BuildResult, NullReporter, Reporter, Status, TargetResult
-from marinbuild.actions.running import AttemptRunner, Outcome
+from marinbuild.actions.analysis.graph import Graph
+from marinbuild.actions.bookkeeping.build_provenance import Provenance
+from marinbuild.actions.bookkeeping.results import BuildResult, NullReporter, Reporter, Status, TargetResult
+from marinbuild.actions.execution.attempt import RunOutcome
+from marinbuild.actions.execution.build_options import BuildOptions, Hooks
+from marinbuild.actions.execution.build_state import BuildState, Planned
+from marinbuild.actions.execution.checkpoint_reads import CheckpointReads
+from marinbuild.actions.execution.executor import Executor, LocalExecutor
+from marinbuild.actions.execution.mirror_copies import MirrorCopies
+from marinbuild.actions.execution.planning import Planner
+from marinbuild.actions.execution.running import AttemptRunner, Outcome
 from marinbuild.errors import EgressOverBudget, StoreReadOnly, StoreUnavailable
 from marinbuild.store import ActionCache, Attempt, Outputs
 from marinbuild.store.mirrors import MirrorHit

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.results import BuildResult, NullReporter, Status, TargetResult
+from marinbuild.actions.bookkeeping.results import BuildResult, NullReporter, Status, TargetResult
 from marinbuild.consulted import Consulted, unchanged
 from marinbuild.hashing import digest_json
 

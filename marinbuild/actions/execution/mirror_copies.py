@@ -12,11 +12,12 @@ import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from marinbuild.actions.build_options import BuildOptions, Egress
-from marinbuild.actions.build_state import BuildState
-from marinbuild.actions.results import Reporter, Status, TargetResult
+from marinbuild.actions.bookkeeping.results import Reporter, Status, TargetResult
+from marinbuild.actions.execution.build_options import BuildOptions, Egress
+from marinbuild.actions.execution.build_state import BuildState
 from marinbuild.errors import EgressOverBudget
-from marinbuild.store import ActionCache, Lookup, Outputs, reporting_transfers
+from marinbuild.store import ActionCache, Outputs, reporting_transfers
+from marinbuild.store.entries import Lookup
 from marinbuild.store.mirrors import MirrorHit, format_bytes
 
 # Entries copied from mirrors at once (each a lease and a few requests around GCS's rewrites).

@@ -12,15 +12,16 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from marinbuild.actions import keys
-from marinbuild.actions.build_options import BuildOptions, Hooks
-from marinbuild.actions.build_state import BuildState, Planned
-from marinbuild.actions.checkpoint_reads import CheckpointReads
-from marinbuild.actions.kept_states import kept_keys
-from marinbuild.actions.mirror_copies import MirrorCopies
-from marinbuild.actions.results import Status, TargetResult
+from marinbuild.actions.analysis import keys
+from marinbuild.actions.bookkeeping.results import Status, TargetResult
+from marinbuild.actions.execution.build_options import BuildOptions, Hooks
+from marinbuild.actions.execution.build_state import BuildState, Planned
+from marinbuild.actions.execution.checkpoint_reads import CheckpointReads
+from marinbuild.actions.execution.kept_states import kept_keys
+from marinbuild.actions.execution.mirror_copies import MirrorCopies
 from marinbuild.errors import GraphError, StoreReadOnly
-from marinbuild.store import ActionCache, Lookup, Outputs
+from marinbuild.store import ActionCache, Outputs
+from marinbuild.store.entries import Lookup
 from marinbuild.store.mirrors import MirrorHit
 from marinbuild.targets.rule import Target
 
