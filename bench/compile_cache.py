@@ -29,14 +29,22 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import benchlib
-from train_overhead import PKG, RUNS, examples_workspace, recipe, target, training_parser, with_steps, write_bench
+from train_overhead import (
+    PKG,
+    RUNS,
+    examples_workspace,
+    marinbuild,
+    recipe,
+    target,
+    training_parser,
+    with_steps,
+    write_bench,
+)
 
 VARIANTS = ("no cache", "cold cache", "warm cache")
 CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
@@ -46,28 +54,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return training_parser(__doc__).parse_args(argv)
 
 
-def marinbuild(ws: Path, env: dict[str, str], *args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), *args],
-        cwd=ws,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if done.returncode != 0:
-        raise benchlib.BenchError(f"marinbuild failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS :]}")
-    return json.loads(done.stdout)
+def marinbuild_json(ws: Path, env: dict[str, str], *args: str) -> dict:
+    return json.loads(marinbuild(ws, *args, env=env))
 
 
 def train(ws: Path, env: dict[str, str], values: dict) -> dict[str, float]:
     """Train one model; its time and CPU time to first step, and the command's wall time."""
     write_bench(ws, target("train_lm", "model", values))
     started = time.perf_counter()
-    built = marinbuild(ws, env, "build", "--json", f"{PKG}:model")
+    built = marinbuild_json(ws, env, "build", "--json", f"{PKG}:model")
     wall = time.perf_counter() - started
     if built["targets"][-1]["status"] != "built":
         raise benchlib.BenchError(f"the model was not trained: {built['targets'][-1]}")
-    measured = marinbuild(ws, env, "show", "--json", f"{PKG}:model")["measured"]
+    measured = marinbuild_json(ws, env, "show", "--json", f"{PKG}:model")["measured"]
     return {
         "first_step_s": measured["time_to_first_step_s"],
         "first_step_cpu_s": measured["cpu_to_first_step_s"],
@@ -87,7 +86,7 @@ def run_benchmark(options: argparse.Namespace, root: Path) -> None:
     no_cache_env = {**default_env, CACHE_ENV: ""}  # empty: JAX keeps no cache
     _rule, tutorial = recipe(ws, RUNS["dense"])
     benchlib.log("building the data (untimed)")
-    marinbuild(ws, default_env, "build", "--json", tutorial["data"])
+    marinbuild_json(ws, default_env, "build", "--json", tutorial["data"])
 
     cache = ws / ".marinbuild" / "jax-cache"
     figures: dict[str, dict[str, list[float]]] = {

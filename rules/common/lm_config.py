@@ -13,7 +13,7 @@ Llama when it has none; a Llama's dict never holds the field, so Llama recipes k
 keys when the other families came): each mirrors its Levanter config class (`LlamaConfig`,
 `MixtralConfig`, `QwenConfig`, `Olmo2Config`), as `optimizer` mirrors `AdamConfig`. They
 are written out here rather than read from Levanter because loading BUILD files must never
-import an ML library. `tests/test_lm_config.py` holds the two in step: each declared field
+import an ML library. `tests/rules/lm/test_lm_config.py` holds the two in step: each declared field
 exists in Levanter with a compatible type and the same default, and each Levanter field is
 either declared or listed among the family's `excluded` / `OPTIMIZER_EXCLUDED` with the
 reason. A Levanter upgrade that adds or changes a field fails that test until this file

@@ -80,7 +80,7 @@ PROBABILITY = Interval(0, 1, high_open=True)  # a dropout rate, an Adam beta: 1 
 FRACTION = Interval(0, 1)
 PART_OF_RUN = FractionOrSteps()
 
-# {dict: {field: range}}: every int or float field of these dicts (tests/test_lm_config.py
+# {dict: {field: range}}: every int or float field of these dicts (tests/rules/lm/test_lm_config.py
 # holds the table to the schemas). A model's fields are those of every family.
 RANGES: dict[str, dict[str, Range]] = {
     "model": {

@@ -14,7 +14,7 @@
 
 Steps 1-3 are laws.py. A pure function of its inputs, the same bytes on every machine:
 plain Python floats (arithmetic.py), and the bootstrap's noise from a seeded generator.
-Tested on synthetic runs of known parameters (tests/test_scaling_fit.py).
+Tested on synthetic runs of known parameters (tests/rules/scaling/test_scaling_fit.py).
 """
 
 from __future__ import annotations

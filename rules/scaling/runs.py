@@ -55,7 +55,7 @@ def read_run(label: str, root: Path, budget: float) -> Run:
 def non_embedding_params(model: dict[str, Any]) -> int:
     """The attention and MLP weights of a model config that a token goes through: of a
     mixture of experts, its active experts' and the router's, as `non_embedding_params`
-    of scaling.star counts them (tests/test_scaling_recipe.py holds the two equal)."""
+    of scaling.star counts them (tests/rules/scaling/test_scaling_recipe.py holds the two equal)."""
     hidden, heads, kv_heads = model["hidden_dim"], model["num_heads"], model["num_kv_heads"]
     head_dim = model.get("head_dim") or hidden // heads
     attention = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden

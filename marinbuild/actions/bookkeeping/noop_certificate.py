@@ -10,7 +10,7 @@ settings, the store, the environment but the shell's bookkeeping — stats those
 none changed, nothing the full check reads changed, so it would reach the same results,
 and they are reported without building the graph, keys or results. Anything else — a
 path changed or gone, an unreadable certificate, another context — and the build takes
-the full path, which writes a new one. `tests/test_noop_certificate.py` shows both paths
+the full path, which writes a new one. `tests/engine/actions/test_noop_certificate.py` shows both paths
 give the same answer after each kind of change.
 
 One certificate per context (`<digest of the context>.pickle` under `.marinbuild/noop/`),

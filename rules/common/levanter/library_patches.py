@@ -4,7 +4,7 @@ A patch replaces something of a library (a function of one of its modules, a met
 of its classes) for the length of a `with` block, and puts the library's own back when the
 block ends, however it ends. Each patch here says what the library does wrong, in which
 version (the one pyproject.toml pins), and what would let us drop it; for each,
-tests/test_library_patches.py shows the library's own behaviour that makes it necessary,
+tests/rules/common/test_library_patches.py shows the library's own behaviour that makes it necessary,
 so that the test fails, telling us to drop the patch, once the library no longer behaves so.
 
 Every patch is of Levanter 1.2.dev1644 (with jax 0.7.2), made by the runtime around
