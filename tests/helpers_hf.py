@@ -31,6 +31,18 @@ tokenize(name = "tokens", data = ":corpus", tokenizer = ":tokenizer")
 """
 
 TRAINER = '{"steps": 6, "batch_size": 4, "eval_interval": 3, "max_eval_batches": 2}'
+# A tiny model that keeps its checkpoint at step 3, exported at its last step.
+EXPORTED_MODEL = f"""
+train_lm(
+    name = "model",
+    data = ":tokens",
+    model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
+    optimizer = {{"learning_rate": 3e-3}},
+    trainer = {TRAINER},
+    keep_checkpoints = [3],
+)
+export_hf(name = "export", model = ":model")
+"""
 
 
 # Run in a process of its own: Levanter's logits from a train_lm output (or kept state),

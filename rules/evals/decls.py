@@ -34,7 +34,7 @@ from rules.common.headline import json_headline
 from rules.common.hub import NO_TORCH
 from rules.evals.constants import LM_EVAL_VERSION, METRICS, SPLIT_FILES, TASK_FILE, TASK_METRICS, TASK_NAME
 from rules.lm.constants import LEVANTER_MODULES, ML_PACKAGES
-from rules.lm.decls import check_kept_step, evaluated_by
+from rules.lm.decls import check_kept_step, evaluated_by, kept_step
 
 # -- mc_task --------------------------------------------------------------------------------
 
@@ -183,12 +183,7 @@ eval_harness = Rule(
     validate=_validate_eval_harness,
     attrs={
         "model": Attr(types.LABEL, doc="A train_lm target, or a Hugging Face checkpoint (hf_model, export_hf)."),
-        "step": Attr(
-            types.INT,
-            default=None,
-            omit_default=True,
-            doc="None: the model's last step; else a step it keeps (keep_checkpoints), evaluated once written.",
-        ),
+        "step": kept_step("evaluated", omit_default=True),
         "tasks": Attr(TASKS, doc=f"Each {_TASKS_HINT}, whose data the target holds."),
         "num_fewshot": Attr(types.INT, default=0, doc="Examples before each question, from the task's own."),
         "limit": Attr(types.INT, default=None, doc="At most this many questions per task (None: all)."),

@@ -299,6 +299,19 @@ train_lm = Rule(
 )
 
 
+def kept_step(done: str, *, omit_default: bool = False) -> Attr:
+    """The `step` of a rule that reads a train_lm model: its last step by default, or a step
+    it keeps, which the rule may read as soon as the training writes it. `omit_default`
+    keeps the attribute out of the key while it is None (the evaluations'; export_hf's
+    has always been in its key)."""
+    return Attr(
+        types.INT,
+        default=None,
+        omit_default=omit_default,
+        doc=f"None: the model's last step; else a step it keeps (keep_checkpoints), {done} once written.",
+    )
+
+
 def check_kept_step(attrs: Mapping[str, JsonValue]) -> None:
     """`step` of a reader of a kept state (eval_lm, export_hf): None or a step Levanter can keep."""
     if attrs["step"] is not None and attrs["step"] < 1:
@@ -331,12 +344,7 @@ eval_lm = Rule(
     validate=_validate_eval,
     attrs={
         "model": Attr(types.LABEL, doc="A train_lm target."),
-        "step": Attr(
-            types.INT,
-            default=None,
-            omit_default=True,
-            doc="None: the model's last step; else a step it keeps (keep_checkpoints), evaluated once written.",
-        ),
+        "step": kept_step("evaluated", omit_default=True),
         "data": Attr(types.LABEL_LIST, doc="tokenize targets whose validation split is evaluated."),
         "batch_size": Attr(
             types.INT, default=None, doc="None: the batch size the model was trained (and evaluated) with."
@@ -377,11 +385,7 @@ export_hf = Rule(
     validate=check_kept_step,
     attrs={
         "model": Attr(types.LABEL, doc="A train_lm target."),
-        "step": Attr(
-            types.INT,
-            default=None,
-            doc="None: the model's last step; else a step it keeps (keep_checkpoints), exported once written.",
-        ),
+        "step": kept_step("exported"),
     },
     execution=Execution.SUBPROCESS,
     resources=Resources(cpu=1, memory_gb=4),

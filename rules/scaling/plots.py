@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +40,7 @@ def isoflops(fit: dict[str, Any], path: Path) -> None:
                 edgecolor="black",
                 zorder=4,
             )
-    labelled = set()
-    for run in fit["held_out"]:
-        axes.scatter(
-            [run["tokens"]],
-            [run["loss"]],
-            marker="D",
-            color="crimson",
-            zorder=4,
-            label=None if run["budget"] in labelled else f"held out, C = {run['budget']:.2g}",
-        )
-        labelled.add(run["budget"])
+    _held_out(axes, fit["held_out"], "tokens", "loss", lambda run: f"held out, C = {run['budget']:.2g}")
     axes.set_xscale("log")
     _sparse_minor_labels(axes.xaxis)
     axes.set_xlabel("training tokens")
@@ -86,17 +77,7 @@ def scaling(fit: dict[str, Any], path: Path) -> None:
         label="isoFLOP optima",
     )
     _forecast_bars(left, forecasts, "optimal_tokens", "optimal_tokens_ci")
-    labelled = set()
-    for run in fit["held_out"]:
-        left.scatter(
-            [run["flops"]],
-            [run["tokens"]],
-            marker="D",
-            color="crimson",
-            zorder=4,
-            label=None if run["budget"] in labelled else f"held-out run ({run['tokens_ratio']:.2f}x D*)",
-        )
-        labelled.add(run["budget"])
+    _held_out(left, fit["held_out"], "flops", "tokens", lambda run: f"held-out run ({run['tokens_ratio']:.2f}x D*)")
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xlabel("compute C (FLOPs)")
@@ -162,3 +143,18 @@ def _forecast_bars(axes: Any, forecasts: list[dict[str, Any]], value: str, inter
     axes.errorbar(
         budgets, values, yerr=errors, fmt="o", mfc="white", color="black", capsize=4, zorder=3, label="forecast"
     )
+
+
+def _held_out(axes: Any, runs: list[dict[str, Any]], x: str, y: str, label: Callable[[dict[str, Any]], str]) -> None:
+    """Each held-out run as a red diamond, each budget's label once."""
+    labelled = set()
+    for run in runs:
+        axes.scatter(
+            [run[x]],
+            [run[y]],
+            marker="D",
+            color="crimson",
+            zorder=4,
+            label=None if run["budget"] in labelled else label(run),
+        )
+        labelled.add(run["budget"])

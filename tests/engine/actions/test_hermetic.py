@@ -1,8 +1,8 @@
 """Steps run hermetically: a clean, recorded environment; a sandbox on demand; a time limit.
 
-DESIGN.md invariants 9 and 10. Each case failed before marinbuild/actions/execution/hermetic.py: a
-genrule saw the builder's whole environment, a step could write into the workspace
-undetected, and a step could run for ever.
+docs/guarantees.md, "Steps are hermetic". Each case failed before
+marinbuild/actions/execution/hermetic.py: a genrule saw the builder's whole environment, a
+step could write into the workspace undetected, and a step could run for ever.
 """
 
 from __future__ import annotations

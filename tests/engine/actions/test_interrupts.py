@@ -1,4 +1,4 @@
-"""A build can always be stopped: endless BUILD files, Ctrl-C and SIGTERM (DESIGN.md #9).
+"""A build can always be stopped: endless BUILD files, Ctrl-C and SIGTERM (docs/guarantees.md).
 
 Before: a BUILD file with an endless loop hung `marinbuild` without a word and Ctrl-C
 did nothing; SIGINT sent to the builder alone waited for the running step, and a second

@@ -1,5 +1,5 @@
 """A store that stops answering: every request has a deadline, every operation a retry
-budget, and a build always ends (DESIGN.md #9).
+budget, and a build always ends (docs/guarantees.md, "A stalled, unreachable or read-only store").
 
 Faults come only from servers started here, on 127.0.0.1: a socket that accepts
 connections and never answers, a proxy that forwards a request and swallows its answer

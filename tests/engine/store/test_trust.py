@@ -2,7 +2,7 @@
 
 Each case is something a teammate with write access to the shared store could do, by
 mistake or on purpose. None of them may make marinbuild serve an output as another
-target's, or serve bytes its manifest does not list (DESIGN.md invariant 7).
+target's, or serve bytes its manifest does not list (docs/guarantees.md, "A hit is the right bytes").
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 import lm_eval
 import pytest
 from conftest import run_cli
-from helpers_hf import DATA, TRAINER
+from helpers_hf import DATA, EXPORTED_MODEL
 from helpers_lm import TRAIN_TIMEOUT_S, lm_workspace
 from helpers_workspace import assert_bad_declarations
 
@@ -42,16 +42,7 @@ ARC_ROWS = "".join(
     for i, (q, c, a) in enumerate(ARC)
 )
 BUILD = f"""
-train_lm(
-    name = "model",
-    data = ":tokens",
-    model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
-    optimizer = {{"learning_rate": 3e-3}},
-    trainer = {TRAINER},
-    keep_checkpoints = [3],
-)
-export_hf(name = "export", model = ":model")
-hf_model(name = "base", dir = ":export")
+{EXPORTED_MODEL}hf_model(name = "base", dir = ":export")
 mc_task(name = "next_line", data = ":corpus", questions = 12, fewshot_examples = 4)
 filegroup(name = "arc", srcs = ["arc/test.jsonl"])
 TASKS = [":next_line", {{"task": "arc_easy", "data": ":arc"}}]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from conftest import build_json, run_cli
 from helpers_checkpoints import hub_checkpoint, llama_config, llama_weights, safetensors_file
-from helpers_hf import DATA, LOGITS_ATOL, TOKENS, TRAINER, hf_build, hf_logits, hf_summary
+from helpers_hf import DATA, EXPORTED_MODEL, LOGITS_ATOL, TOKENS, hf_build, hf_logits, hf_summary
 from helpers_lm import CONFIG, lm_workspace
 from helpers_workspace import assert_bad_declarations
 
@@ -24,18 +24,12 @@ pytest_plugins = ["helpers_hub"]  # the offline_hub fixture
 
 EXPORTED = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
 
-MODEL = f"""
-train_lm(
-    name = "model",
-    data = ":tokens",
-    model = llama(hidden = 32, layers = 1, heads = 2, seq_len = 64),
-    optimizer = {{"learning_rate": 3e-3}},
-    trainer = {TRAINER},
-    keep_checkpoints = [3],
-)
-export_hf(name = "export", model = ":model")
+MODEL = (
+    EXPORTED_MODEL
+    + """
 export_hf(name = "export_3", model = ":model", step = 3)
 """
+)
 # Continued pretraining from the export: at a learning rate of 1e-9 its first evaluation
 # (after its first step) is the evaluation of the weights it started from.
 CONTINUED = """
