@@ -21,7 +21,7 @@ from pathlib import Path
 from marinbuild.errors import WorkspaceError
 from marinbuild.packages.workspace import Workspace
 from marinbuild.targets.builtin import BUILTIN_RULES
-from marinbuild.targets.rule import Rule
+from marinbuild.targets.rule import Rule, import_rule_package
 
 
 def workspace_rules(workspace: Workspace) -> dict[str, Rule]:
@@ -30,6 +30,7 @@ def workspace_rules(workspace: Workspace) -> dict[str, Rule]:
         sys.path.insert(0, str(workspace.root))
     for module_name in workspace.rule_modules:
         try:
+            import_rule_package(module_name, workspace.root)
             module = importlib.import_module(module_name)
         except ImportError as error:
             _check_not_moved(workspace, module_name)

@@ -5,9 +5,8 @@ failed()`, so the report never disagrees with them about what a build would do: 
 built only in a mirror of the store (another region's bucket) shows that bucket's entry
 and what a copy would move, and none of its output files (they are not read across
 regions). The output files a step's rule declares (its summary metrics, curves, what its
-report section reads), data steps' summary.json and plots are read from the store by
-manifest path and checked against their digests, so a report of a `gs://` store
-downloads only them.
+report section reads) and its plots are read from the store by manifest path and checked
+against their digests, so a report of a `gs://` store downloads only them.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from marinbuild.targets.rule import Rule, Target
 LOG_TAIL_LINES = 60
 # What every data rule writes (docs/rules.md): its counts and distributions, in the fields
 # the engine defines (provenance/data_counts.py, targets/distributions.py), shown on its page.
-SUMMARY_FILE = "summary.json"
 PLOT_SUFFIXES = (".png", ".svg")
 _MAX_READ_BYTES = 8 * 2**20  # larger files are listed, not read into the report
 _MAX_PLOTS_PER_STEP = 8
@@ -211,8 +209,8 @@ def _tail(text: str | None) -> str | None:
 
 
 def _declared_files(rule: Rule) -> set[str]:
-    """The output files a rule declares for readers (targets/outputs.py), and the summary."""
-    declared = {SUMMARY_FILE, *([rule.metrics_file] if rule.metrics_file else [])}
+    """The output files a rule declares for readers (targets/outputs.py)."""
+    declared = {rule.metrics_file} if rule.metrics_file else set()
     declared |= {rule.curves.file} if rule.curves is not None else set()
     return declared | set(rule.report_section.reads if rule.report_section is not None else ())
 

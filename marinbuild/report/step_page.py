@@ -13,7 +13,7 @@ from marinbuild.actions.analysis.keys import checkpoint_key
 from marinbuild.provenance.data_counts import DataCounts, data_counts
 from marinbuild.report import plots
 from marinbuild.report.blocks import badge, duration, json_block, link, rule_section
-from marinbuild.report.collect import SUMMARY_FILE, AttemptView, StepReport
+from marinbuild.report.collect import AttemptView, StepReport
 from marinbuild.sizes import human_size
 from marinbuild.targets.distributions import Distribution, distributions
 from marinbuild.targets.html_blocks import cell, image, table
@@ -87,8 +87,10 @@ def step_page(step: StepReport) -> tuple[str, str]:
 
 
 def _summary_blocks(step: StepReport) -> list[str]:
-    """A data step's documents and filters, the distributions it cut on, and its summary."""
-    summary = step.json_file(SUMMARY_FILE)
+    """A data step's documents and filters, the distributions it cut on, and its summary
+    metrics (the file its rule declares)."""
+    metrics_file = step.target.rule.metrics_file
+    summary = step.json_file(metrics_file) if metrics_file else None
     if not isinstance(summary, dict):
         return []
     blocks = []
@@ -98,7 +100,7 @@ def _summary_blocks(step: StepReport) -> list[str]:
     cuts = distributions(summary)
     if cuts is not None:
         blocks += ['<h2 id="distributions">Distributions</h2>', _distributions_block(cuts)]
-    return [*blocks, f"<h3>{SUMMARY_FILE}</h3>", json_block(summary)]
+    return [*blocks, f"<h3>{metrics_file}</h3>", json_block(summary)]
 
 
 def _attempt_block(view: AttemptView, number: int, total: int) -> str:

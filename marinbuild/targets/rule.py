@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 import importlib
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,10 +256,39 @@ class Rule:
         return f"{self.impl.__module__}:{self.impl.__qualname__}"
 
 
-def import_function(path: str) -> Callable[..., Any]:
-    """The function a "module:function" path names (a rule's impl, a unit's, a report section)."""
+def import_function(path: str, workspace: Path | None = None) -> Callable[..., Any]:
+    """The function a "module:function" path names (a rule's impl, a unit's, a report section),
+    imported as the loader imported it from `workspace` (see `import_rule_package`)."""
     module, _, name = path.partition(":")
+    if workspace is not None:
+        import_rule_package(module, workspace)
     return getattr(importlib.import_module(module), name)
+
+
+def import_rule_package(module: str, workspace: Path) -> None:
+    """Import the top-level package of `module` from where it is installed, if it is, when
+    the workspace holds a folder of that name that is no package (no `__init__.py`).
+
+    Such a folder is where a workspace keeps its copies of a package's macros — `rules/lm/`
+    for `//rules/lm:lm.star` — and on the path before an editable install (whose finder
+    Python asks last) it would be imported as a namespace package that hides the installed
+    one: `rules.lm.decls` would not be found. A workspace's own package of rules (with its
+    `__init__.py`) is imported from the workspace as before."""
+    top = module.partition(".")[0]
+    folder = workspace / top
+    if top in sys.modules or not folder.is_dir() or (folder / "__init__.py").exists():
+        return
+    root = workspace.resolve()
+    saved = sys.path[:]
+    sys.path[:] = [entry for entry in saved if Path(entry or os.curdir).resolve() != root]
+    try:
+        package = importlib.import_module(top)
+    except ImportError:
+        return
+    finally:
+        sys.path[:] = saved
+    if getattr(package, "__file__", None) is None:  # a namespace package of other folders: not installed
+        del sys.modules[top]
 
 
 @dataclass(frozen=True, eq=False)

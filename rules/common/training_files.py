@@ -27,11 +27,11 @@ from marinbuild.targets.rule import ReadScratch
 # In a training's scratch space.
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
-# In its output (and in each state it keeps), besides metrics.jsonl.
+# In its output (and in each state it keeps), besides metrics.jsonl and summary.json
+# (rules/common/corpus.py: every step's summary numbers).
 CHECKPOINT = "checkpoint"
 TOKENIZER_DIR = "tokenizer"
 MODEL_FILE = "model.json"  # the model config, its tokenizer's digest, how it was evaluated
-SUMMARY = "summary.json"
 _METADATA = re.compile(rf"{CHECKPOINTS}/step-(\d+)/metadata\.json")
 
 

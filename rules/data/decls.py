@@ -17,7 +17,7 @@ from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Rule
-from rules.common.corpus import CORPUS_ATTRS, check_corpus_attrs
+from rules.common.corpus import CORPUS_ATTRS, SUMMARY, check_corpus_attrs
 from rules.common.hub import ALLOW_UNPINNED, HUB_ENV, check_pinned
 from rules.common.stdlib import PYTHON_VERSION, check_python_version, stdlib_inputs
 
@@ -43,6 +43,7 @@ def _check_text_files(attrs: Mapping[str, JsonValue]) -> None:
 
 text_files = Rule(
     name="text_files",
+    metrics_file=SUMMARY,
     impl=_text_files,
     execution=Execution.SUBPROCESS,
     packages=("fsspec", "gcsfs", "pyarrow"),
@@ -80,6 +81,7 @@ def _check_hf_dataset(attrs: Mapping[str, JsonValue]) -> None:
 
 hf_dataset = Rule(
     name="hf_dataset",
+    metrics_file=SUMMARY,
     impl=_hf_dataset,
     execution=Execution.SUBPROCESS,
     env=HUB_ENV,
@@ -121,6 +123,7 @@ def _check_python_corpus(attrs: Mapping[str, JsonValue]) -> None:
 
 python_corpus = Rule(
     name="python_corpus",
+    metrics_file=SUMMARY,
     impl=_python_corpus,
     external_inputs=stdlib_inputs,
     execution=Execution.SUBPROCESS,

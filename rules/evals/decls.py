@@ -64,6 +64,7 @@ def _mc_task_headline(out: Path) -> str | None:
 
 mc_task = Rule(
     name="mc_task",
+    metrics_file=SUMMARY,
     impl=_mc_task,
     doc="A small multiple-choice task for eval_harness from a corpus: which line comes next after a few lines "
     "of a document, among others of the corpus. Test questions from its validation split, few-shot examples "

@@ -21,9 +21,10 @@ from marinbuild.targets.context import Context
 from marinbuild.targets.outputs import Curves
 from marinbuild.targets.rule import Execution, ReadScratch, Resources, RetryPolicy, Rule, StepInput, checkpoint_name
 from rules.common import lm_config
+from rules.common.corpus import SUMMARY
 from rules.common.headline import json_headline, summary_headline
 from rules.common.hub import ALLOW_UNPINNED, HUB_ENV, NO_TORCH, check_pinned
-from rules.common.training_files import METRICS, SUMMARY, resume_step
+from rules.common.training_files import METRICS, resume_step
 from rules.lm.constants import EVAL_METRICS, LEVANTER_MODULES, ML_PACKAGES, WANDB_ENV
 
 # The fields of `tracker = {"type": "wandb", ...}` (those of Levanter's WandbConfig).
@@ -426,6 +427,7 @@ def _hf_model_headline(out: Path) -> str | None:
 
 hf_model = Rule(
     name="hf_model",
+    metrics_file=SUMMARY,
     impl=_hf_model,
     doc="A checkpoint in Hugging Face format as an input: from the Hub at a pinned commit, or from a target "
     "holding one (export_hf, a filegroup); checked (config.json of the family, tokenizer.json, safetensors "

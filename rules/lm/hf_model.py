@@ -10,9 +10,9 @@ import json
 import shutil
 
 from marinbuild.targets.context import Context
+from rules.common.corpus import SUMMARY
 from rules.common.hf_format import CHECKPOINT_FILES, check_checkpoint, checkpoint_directory
 from rules.common.hub import resolved_commit, snapshot
-from rules.common.training_files import SUMMARY
 
 
 def copy_checkpoint(ctx: Context) -> None:

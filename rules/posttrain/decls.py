@@ -23,12 +23,11 @@ from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, AttrType, Field, JsonValue, struct
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Rule
-from rules.common.corpus import CORPUS_ATTRS, check_corpus_attrs
+from rules.common.corpus import CORPUS_ATTRS, SUMMARY, check_corpus_attrs
 from rules.common.headline import summary_headline
 from rules.common.hub import NO_TORCH
 from rules.common.ranges import check_attrs, ranged
 from rules.common.stdlib import PYTHON_VERSION, check_python_version, stdlib_inputs
-from rules.common.training_files import SUMMARY
 from rules.lm.constants import LEVANTER_MODULES, ML_PACKAGES
 from rules.lm.decls import TRAINING_ATTRS, TRAINING_RUN, check_schedule
 from rules.posttrain.constants import DEFAULT_CHAT_TEMPLATE, GENERATION_TAG, SHORTENED
@@ -53,6 +52,7 @@ def _check_chat_data(attrs: Mapping[str, JsonValue]) -> None:
 
 chat_data = Rule(
     name="chat_data",
+    metrics_file=SUMMARY,
     impl=_chat_data,
     external_inputs=stdlib_inputs,
     execution=Execution.SUBPROCESS,

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.targets.context import StepFailed
-from rules.common.training_files import MODEL_FILE, SUMMARY
+from rules.common.corpus import SUMMARY
+from rules.common.training_files import MODEL_FILE
 
 
 @dataclass(frozen=True)

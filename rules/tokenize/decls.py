@@ -13,6 +13,7 @@ from marinbuild.targets import attrs as types
 from marinbuild.targets.attrs import Attr, JsonValue
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Resources, RetryPolicy, Rule
+from rules.common.corpus import SUMMARY
 from rules.common.hub import ALLOW_UNPINNED, HUB_ENV, NO_TORCH, check_pinned
 from rules.tokenize.constants import DEFAULT_SPECIAL_TOKENS, SPECIAL_ROLES, TOKENIZE_RESOURCES
 
@@ -113,6 +114,7 @@ def _tokenize(ctx: Context) -> None:
 
 tokenize = Rule(
     name="tokenize",
+    metrics_file=SUMMARY,
     impl=_tokenize,
     execution=Execution.SUBPROCESS,
     packages=("levanter", "tokenizers", "transformers"),

@@ -48,7 +48,7 @@ def main() -> int:
     context.progress_fn = lambda done, total, unit: emit({"progress": [done, total, unit]})
     context.checkpoint_fn = lambda step, directory: emit({"checkpoint": {"step": step, "directory": str(directory)}})
     try:
-        import_function(request["impl"])(context)
+        import_function(request["impl"], context.workspace)(context)
     except StepFailed as failure:
         emit({"error": str(failure), "exit_status": failure.exit_status})
         return 1

@@ -26,6 +26,7 @@ from levanter.main import train_lm as levanter_train_lm
 from levanter.tracker.tracker import TrackerConfig
 
 from marinbuild.targets.context import StepFailed
+from rules.common.corpus import SUMMARY
 from rules.common.levanter.configs import TrainerSettings
 from rules.common.levanter.data import tokenizer_digest
 from rules.common.levanter.kept_states import KeptStates, PublishFn, fix_checkpoint_timestamp, wait_for_checkpoint
@@ -43,7 +44,6 @@ from rules.common.training_files import (
     CHECKPOINTS,
     METRICS,
     MODEL_FILE,
-    SUMMARY,
     TOKENIZER_DIR,
     checkpoint_path,
     resume_step,

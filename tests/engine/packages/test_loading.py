@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+from conftest import CLI_TIMEOUT_S
 from helpers_workspace import (
     build,
     error_line,
@@ -204,6 +206,32 @@ def test_cli_a_rule_module_that_moved_exits_2_naming_where_its_rules_are(tmp_pat
     )
     assert f"name '{moved_to}' in the rules setting of marinbuild.toml" in result.stderr
     assert store_is_untouched(ws)
+
+
+def test_a_workspace_folder_of_macros_does_not_hide_the_installed_rule_package_of_that_name(tmp_path):
+    """A workspace of its own keeps its copy of //rules/lm:lm.star in rules/lm/, a folder
+    without __init__.py: before the installed (editable) `rules` package on the path, it
+    was imported as a namespace package, and `rules.lm.decls` and the steps were not found,
+    by the loader nor by the worker that runs a step."""
+    repo = Path(__file__).resolve().parents[3]
+    files = {
+        "rules/lm/lm.star": (repo / "rules" / "lm" / "lm.star").read_text(),
+        "rules/data/sizes.star": "SMALL = 4\n",  # the family whose step runs, in its worker
+        "p/BUILD.marin": 'load("//rules/lm:lm.star", "llama")\nload("//rules/data:sizes.star", "SMALL")\n'
+        'python_corpus(name = "corpus", sample_count = SMALL, chunk_characters = 500, validation_fraction = 0.5)\n',
+    }
+    ws = new_workspace(tmp_path / "ws", files, config='rules = ["rules.lm.decls", "rules.data.decls"]\n')
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "//p:corpus"],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=CLI_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "1 built" in done.stderr, done.stderr
 
 
 # -- BUILD files and rules -----------------------------------------------------------------
