@@ -9,8 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import conftest
 import pytest
-from conftest import CLI_TIMEOUT_S
 from helpers_workspace import (
     build,
     error_line,
@@ -222,16 +222,8 @@ def test_a_workspace_folder_of_macros_does_not_hide_the_installed_rule_package_o
     }
     ws = new_workspace(tmp_path / "ws", files, config='rules = ["rules.lm.decls", "rules.data.decls"]\n')
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    done = subprocess.run(
-        [sys.executable, "-m", "marinbuild", "--workspace", str(ws), "build", "//p:corpus"],
-        cwd=ws,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=CLI_TIMEOUT_S,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "1 built" in done.stderr, done.stderr
+    rc, _out, err = conftest.run_cli(ws, "build", "//p:corpus", env=env)
+    assert rc == 0 and "1 built" in err, err
 
 
 # -- BUILD files and rules -----------------------------------------------------------------
