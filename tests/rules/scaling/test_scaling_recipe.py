@@ -254,7 +254,7 @@ def test_a_recipe_value_out_of_range_fails_at_the_build_line_that_uses_it(
     assert store_is_untouched(ws)
     if message.startswith("scaling_recipe"):
         assert re.fullmatch(
-            rf"marinbuild: error: rules/scaling\.star:\d+:\d+: fail: {re.escape(message)} "
+            rf"marinbuild: error: rules/scaling/scaling\.star:\d+:\d+: fail: {re.escape(message)} "
             r"\(in a macro called at exp/BUILD\.marin:6\)",  # the line of scaling_recipe(...)
             error,
         ), error
