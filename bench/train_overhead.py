@@ -108,17 +108,13 @@ def write_bench(ws: Path, targets: str) -> None:
 
 
 def marinbuild(ws: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
-    """What `marinbuild --workspace WS ARGS` prints. The repository comes first on the path:
-    the workspace's own rules/lm/ (which holds the copy of lm.star) would otherwise hide the
-    rules package its settings import."""
-    env = dict(os.environ if env is None else env)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    """What `marinbuild --workspace WS ARGS` prints."""
     done = subprocess.run(
         [sys.executable, "-m", "marinbuild", "--workspace", str(ws), *args],
         cwd=ws,
         capture_output=True,
         text=True,
-        env=env,
+        env=None if env is None else dict(env),
     )
     if done.returncode != 0:
         raise benchlib.BenchError(f"marinbuild {' '.join(args)} failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS :]}")

@@ -11,10 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from conftest import cli_env, run_cli
-from helpers_lm import TRAIN_TIMEOUT_S
-
-REPO = Path(__file__).resolve().parents[1]
-
+from helpers_lm import REPO, TRAIN_TIMEOUT_S
 
 # Float32 on the CPU, two implementations of the same arithmetic in different orders:
 # the logits (of magnitude about 3 here) agree to about 2e-6; a different set of weights

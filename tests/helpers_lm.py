@@ -50,13 +50,24 @@ eval_lm(name = "eval", model = ":model", data = [":tokens"], batch_size = 4, max
 """
 
 
-def lm_workspace(root: Path, build: str) -> Path:
-    (root / "rules" / "lm").mkdir(parents=True)
-    (root / "rules" / "lm" / "lm.star").write_text((REPO / "rules" / "lm" / "lm.star").read_text())
+def lm_workspace(root: Path, build: str, config: str = CONFIG, macros: tuple[str, ...] = ("lm/lm.star",)) -> Path:
+    """A workspace of `build` as //exp, with copies of the repository's `macros` (under
+    rules/) and the rule modules `config` names."""
+    for star in macros:
+        (root / "rules" / star).parent.mkdir(parents=True)
+        (root / "rules" / star).write_text((REPO / "rules" / star).read_text())
     (root / "exp").mkdir()
     (root / "exp" / "BUILD.marin").write_text(build)
-    (root / "marinbuild.toml").write_text(CONFIG)
+    (root / "marinbuild.toml").write_text(config)
     return root
+
+
+SWEEP_CONFIG = 'rules = ["rules.data.decls", "rules.tokenize.decls", "rules.lm.decls", "rules.scaling.decls"]\n'
+
+
+def sweep_workspace(root: Path, build: str) -> Path:
+    """A workspace of `build` with the lm and scaling macros, for scaling sweeps and fits."""
+    return lm_workspace(root, build, SWEEP_CONFIG, ("lm/lm.star", "scaling/scaling.star"))
 
 
 def lm_build(ws: Path, *args: str) -> dict:

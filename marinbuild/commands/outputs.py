@@ -99,11 +99,8 @@ def resolve_output(session: Session, text: str) -> tuple[str, str | None]:
     note when a label's current recipe is not built and its newest output is used instead."""
     if ":" not in text and "/" not in text:
         return find_key(session.cache, text), None
-    graph = session.plan([text])
-    if len(graph.requested) != 1:
-        raise GraphError(f"'{text}' names {len(graph.requested)} targets; give one label")
-    label = graph.requested[0]
-    result = session.dry_run_graph(graph).results[label]
+    _graph, result = _current(session, text)
+    label = result.label
     if result.status in (Status.CACHED, Status.WOULD_COPY) and result.key is not None:
         return result.key, None  # built here, or only in a mirror (`describe` says which)
     for record in reversed(provenance.label_attempts(session.store, label)):

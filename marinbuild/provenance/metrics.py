@@ -12,20 +12,19 @@ from typing import Any
 
 from marinbuild.errors import StoreError
 from marinbuild.store import ActionCache, CacheEntry
+from marinbuild.store.manifest import FileEntry
 from marinbuild.targets.rule import Rule
 
 
 def stored_metrics(cache: ActionCache, entry: CacheEntry, rule: Rule | None) -> dict[str, Any]:
     """The summary metrics of a published output, checked against its manifest; {} for a step
     whose rule declares none. A file that does not match its digest is an error."""
-    if rule is None or rule.metrics_file is None:
-        return {}
-    listed = {item.path: item for item in entry.manifest.files}.get(rule.metrics_file)
+    listed = _metrics_entry(entry, rule)
     if listed is None:
         return {}
     data = cache.read_output(entry.key, listed)
     if data is None:
-        raise StoreError(f"{rule.metrics_file} of {entry.key[:12]} is missing or does not match its manifest")
+        raise StoreError(f"{listed.path} of {entry.key[:12]} is missing or does not match its manifest")
     return json.loads(data)
 
 
@@ -33,16 +32,20 @@ def readable_metrics(cache: ActionCache, entry: CacheEntry, rule: Rule | None) -
     """The summary metrics of a published output as `stored_metrics`, but None where they are
     missing, unreadable or not their own: for a table of many outputs, which one bad file
     must not stop."""
-    listed = (
-        {item.path: item for item in entry.manifest.files}.get(rule.metrics_file)
-        if rule and rule.metrics_file
-        else None
-    )
+    listed = _metrics_entry(entry, rule)
     data = cache.read_output(entry.key, listed) if listed is not None else None
     try:
         return json.loads(data) if data is not None else None
     except ValueError:
         return None
+
+
+def _metrics_entry(entry: CacheEntry, rule: Rule | None) -> FileEntry | None:
+    """The manifest's entry of the metrics file the rule declares, if it has one and the
+    output holds it."""
+    if rule is None or rule.metrics_file is None:
+        return None
+    return next((item for item in entry.manifest.files if item.path == rule.metrics_file), None)
 
 
 def directory_metrics(directory: Path, rule: Rule) -> dict[str, Any]:

@@ -22,8 +22,7 @@ from urllib.request import urlopen
 from xml.etree import ElementTree
 
 from conftest import CLI_TIMEOUT_S, build_json, cli_command, cli_env, require_tool, run_cli, statuses, write_files
-from helpers_lm import PKG, TRAIN_TIMEOUT_S, lm_build_file, target_output
-from helpers_scaling import sweep_workspace
+from helpers_lm import PKG, TRAIN_TIMEOUT_S, lm_build_file, sweep_workspace, target_output
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By

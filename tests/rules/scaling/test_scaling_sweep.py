@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from conftest import build_json, run_cli, statuses
-from helpers_scaling import sweep_workspace
+from helpers_lm import sweep_workspace
 
 PKG = "//exp"
 TRAIN_TIMEOUT_S = 600
