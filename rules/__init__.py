@@ -1,5 +1,5 @@
 """The ML rules of marinbuild, one package per family: `data`, `webdata`, `tokenize`, `lm`,
-`evals`, `posttrain`, `scaling`, and `common`, what they share (with `common/levanter/`,
+`evals`, `posttrain`, `scaling`, `mixtures`, and `common`, what they share (with `common/levanter/`,
 the Levanter runtime the language-model families run on).
 
 In each family, `decls.py` declares its rules — what a BUILD author sees, and what a

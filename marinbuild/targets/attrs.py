@@ -163,8 +163,11 @@ def _map_label_keyed_dict(value: JsonValue, fn: LabelMap) -> JsonValue:
 
 
 def _normalize_mixture(value: JsonValue, package: str) -> JsonValue:
+    """A label, {label: weight}, or a list of labels whose weights another target gives."""
     if isinstance(value, str):
         return absolute_label(value, package)
+    if isinstance(value, list):
+        return _normalize_label_list(value, package)
     mixture = _normalize_label_keyed_dict(value, package)
     for label, weight in mixture.items():
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
@@ -175,7 +178,9 @@ def _normalize_mixture(value: JsonValue, package: str) -> JsonValue:
 
 
 def _map_mixture(value: JsonValue, fn: LabelMap) -> JsonValue:
-    return fn(value) if isinstance(value, str) else _map_label_keyed_dict(value, fn)
+    if isinstance(value, str):
+        return fn(value)
+    return _map_label_list(value, fn) if isinstance(value, list) else _map_label_keyed_dict(value, fn)
 
 
 # `$(location LABEL)` and `$(locations LABEL)` inside a command template.

@@ -123,6 +123,9 @@ RANGES: dict[str, dict[str, Range]] = {
 ATTR_RANGES: dict[str, dict[str, Range]] = {
     "sft_lm": {"seq_len": Interval(2, why="a token and the next")},
     "fit_scaling_law": {"huber_delta": POSITIVE, "noise_floor": NON_NEGATIVE, "bootstrap": NON_NEGATIVE},
+    "mixture_draw": {"draw": NON_NEGATIVE, "concentration": POSITIVE, "max_repetition": POSITIVE, "tokens": COUNT},
+    "mixture_fit": {"kl_weight": NON_NEGATIVE, "max_repetition": POSITIVE, "tokens": COUNT, "bootstrap": NON_NEGATIVE},
+    "mixture_pick": {"tokens": COUNT},
 }
 
 

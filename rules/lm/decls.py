@@ -96,9 +96,22 @@ def check_schedule(attrs: Mapping[str, JsonValue]) -> None:
 def _validate_train(attrs: Mapping[str, JsonValue]) -> None:
     """Checks across fields; their names and types were checked against the schema."""
     check_schedule(attrs)
+    _validate_mixture(attrs)
     lm_config.check_model(attrs["model"])
     _validate_tracker(attrs["tracker"])
     _validate_checkpoints(attrs)
+
+
+def _validate_mixture(attrs: Mapping[str, JsonValue]) -> None:
+    """`data` weighs its sources, or lists them for `mixture` to weigh: never both, never neither."""
+    listed = isinstance(attrs["data"], list)
+    if attrs["mixture"] is not None and not listed:
+        raise ValueError("mixture gives the weights of data's sources: make data the list of them, without weights")
+    if attrs["mixture"] is None and listed:
+        raise ValueError(
+            "data lists sources without weights: give them weights ({label: weight}), or a mixture target "
+            "(mixture = ...) whose mixture.json weighs them"
+        )
 
 
 def _validate_checkpoints(attrs: Mapping[str, JsonValue]) -> None:
@@ -217,12 +230,19 @@ def _train_lm(ctx: Context) -> None:
     from rules.lm.train_lm import TrainRequest, train
 
     ctx.log.info("training; checkpoints in %s", ctx.scratch)
-    mixture = ctx.attrs["data"]
+    data, attrs, shown = ctx.attrs["data"], ctx.attrs, {}
+    if ctx.attrs["mixture"] is not None:
+        from rules.common.mixture_file import read_mixture, weight_columns, weights_for
+
+        mixture = read_mixture(ctx.url(ctx.attrs["mixture"]))
+        attrs = {**attrs, "data": weights_for(ctx.attrs["mixture"], mixture, data)}
+        shown = weight_columns(mixture)
+        ctx.log.info("mixture of %s: %s", ctx.attrs["mixture"], attrs["data"])
     init_from, init_step = ctx.attrs["init_from"], ctx.attrs["init_step"]
     trained = train(
         TrainRequest(
-            attrs=ctx.attrs,
-            data={label: ctx.url(label) for label in ([mixture] if isinstance(mixture, str) else mixture)},
+            attrs=attrs,
+            data={label: ctx.url(label) for label in ([data] if isinstance(data, str) else data)},
             places=Places(ctx.out, ctx.scratch, ctx.tmp),
             run=RunInfo(ctx.label, ctx.key, ctx.progress, ctx.log),
             distributed=ctx.distributed is not None,
@@ -230,6 +250,7 @@ def _train_lm(ctx: Context) -> None:
             init=None if init_from is None else ctx.url(checkpoint_name(init_from, init_step)),
             init_hf=None if ctx.attrs["init_from_hf"] is None else ctx.url(ctx.attrs["init_from_hf"]),
             publish=ctx.publish_checkpoint,
+            summary_extra=shown,
         )
     )
     ctx.measure(**trained.measured)
@@ -248,7 +269,10 @@ train_lm = Rule(
     doc="Train a language model (Llama, Mixtral, Qwen, OLMo 2) with Levanter; outputs checkpoint/, tokenizer/, "
     "metrics.jsonl, summary.json.",
     attrs={
-        "data": Attr(types.MIXTURE, doc="A tokenize target, or a mixture {label: weight} of them."),
+        "data": Attr(
+            types.MIXTURE,
+            doc="A tokenize target, a mixture {label: weight} of them, or a list of them that `mixture` weighs.",
+        ),
         "model": Attr(
             lm_config.MODEL,
             doc="A model family's config fields (LlamaConfig's without a family field), e.g. llama_nano() or "
@@ -262,6 +286,13 @@ train_lm = Rule(
             omit_default=True,
             doc="Steps whose checkpoints the run keeps, each an entry of its own with model.json and the "
             "metrics up to it; each is readable (eval_lm(step = k), train_lm(init_step = k)) once written.",
+        ),
+        "mixture": Attr(
+            types.OPTIONAL_LABEL,
+            default=None,
+            omit_default=True,
+            doc="A target whose mixture.json weighs data's sources (a swarm's draw, fit_mixture's proposal: "
+            "//rules/mixtures:mixtures.star); its weights are shown in summary.json as weight.<source>.",
         ),
         "init_from": Attr(
             types.OPTIONAL_LABEL,

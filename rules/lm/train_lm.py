@@ -34,7 +34,8 @@ class TrainRequest:
     already in JAX distributed. `init`: where the kept state it continues from lies (its
     checkpoint, model.json and metrics: `init_from` at `init_step`); `init_hf`: where the
     Hugging Face checkpoint whose weights it starts from lies (`init_from_hf`). `publish`
-    is handed each kept state as soon as it is written."""
+    is handed each kept state as soon as it is written; `summary_extra` is added to
+    summary.json (the weights a `mixture` target gave, as columns)."""
 
     attrs: Mapping[str, Any]
     data: Mapping[str, str]
@@ -45,6 +46,7 @@ class TrainRequest:
     init: str | None = None
     init_hf: str | None = None
     publish: PublishFn | None = None
+    summary_extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def train_config(
@@ -94,6 +96,7 @@ def train(request: TrainRequest) -> Trained:
             distributed=request.distributed,
             log=None if request.run is None else request.run.log,
             publish=request.publish,
+            summary_extra=request.summary_extra,
             initial=[] if request.init is None else _initial_rows(request.init, tokenizer),
         )
     )

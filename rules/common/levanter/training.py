@@ -89,7 +89,8 @@ class Training:
     local tokenizer directory it trains with; where it works; when the step's process
     started (for the time to its first step); whether it is one process of a multi-host
     run (`distributed`, in JAX distributed already; `scratch` is shared by all of them);
-    and the metrics rows its history starts with (`initial`: a continuation's)."""
+    the metrics rows its history starts with (`initial`: a continuation's); and what
+    summary.json shows besides the run's numbers (`summary_extra`)."""
 
     config: Any
     launch: Callable[[], None]
@@ -101,6 +102,7 @@ class Training:
     log: logging.Logger | None = None
     publish: PublishFn | None = None
     initial: Sequence[dict[str, Any]] = ()
+    summary_extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def in_scratch(trainer: Mapping[str, Any], seed: int, places: Places, run: RunInfo | None = None) -> TrainerSettings:
@@ -170,6 +172,7 @@ def run_training(training: Training) -> Trained:
     (out / MODEL_FILE).write_text(record)
     logged = trackers[MetricsFileConfig].tracker.summary if not finished else {}
     summary = train_summary(read_rows(metrics), _parameter_count(logged, scratch / "parameter_count.json"))
+    summary.update(training.summary_extra)
     (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
     timing = read_rows(Path(training.config.trainer.log_dir) / TIMING_FILE)
     figures = measured(timing, resumed_from, training.started)
