@@ -210,6 +210,17 @@ def test_the_hf_export_benchmark_trains_with_and_without_the_export_and_times_ex
     assert [len(seconds) for seconds in data["export_hf_s"].values()] == [1, 1], data["export_hf_s"]
 
 
+def test_the_mixture_benchmark_builds_the_study_twice_grows_it_and_reads_the_goals(tmp_path) -> None:
+    data = _run("mixtures.py", tmp_path, "--toy", "--grow", "1", timeout=1500)
+    assert data["cold_built"]["train_lm"] == 5 + 7 and data["second_built"] == {}, data
+    assert data["grow_built"]["train_lm"] >= 1 and data["grow_built"]["mixture_draw"] == 1, data
+    assert data["grow_built"].get("tokenize") is None, data  # the data is not made again
+    goals = data["goals"]
+    for scale in ("swarm", "larger"):
+        assert _positive(goals[f"{scale}.proposal_over_uniform"]) and isinstance(goals[f"{scale}.holds"], bool)
+    assert _positive(goals["swarm.predicted_over_actual"]) and _positive(goals["loo_rmse_over_lightgbm"])
+
+
 def test_the_compilation_cache_benchmark_trains_without_with_a_cold_and_a_warm_cache(tmp_path) -> None:
     data = _run("compile_cache.py", tmp_path, "--steps", "4", "--repeats", "1", timeout=900)
     for variant in ("no cache", "cold cache", "warm cache"):

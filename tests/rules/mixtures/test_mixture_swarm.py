@@ -181,7 +181,7 @@ train_lm(name = "listed", data = [":code_tokens"], model = llama(hidden = 32, la
     assert re.search(r"exp/BUILD\.marin:\d+", error_line(err))
 
 
-def test_sources_of_two_tokenizers_or_no_token_cache_and_caps_without_room_fail_their_step_in_one_line(tmp_path: Path) -> None:
+def test_foreign_sources_and_caps_without_room_fail_their_step_in_one_line(tmp_path: Path) -> None:
     ws = _workspace(tmp_path / "ws", max_repetition=0.01)
     data = build_json(ws, f"{PKG}:swarm-000-mixture", expect_rc=1)
     assert statuses(data)[f"{PKG}:swarm-000-mixture"] == "failed"
