@@ -26,6 +26,7 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchlib import (
@@ -111,13 +112,17 @@ def goals(fit: dict, validation: dict) -> dict[str, float | bool]:
     return found
 
 
-def main() -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--grow", type=int, default=0, help="Raise the swarm's runs by this many after (0: no).")
     parser.add_argument("--toy", action="store_true", help="A study of five runs of four steps: checks the script.")
     parser.add_argument("--workdir", type=Path, default=None, help="Keep the workspace and store here (new or empty).")
     parser.add_argument("--json-out", type=Path, default=None, help="Write the figures here as JSON.")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
     marinbuild = find_marinbuild()
     with work_dir(args.workdir) as root:
         ws = _workspace(root / "ws", args.toy)

@@ -70,7 +70,9 @@ def _check_prior(prior: JsonValue, names: list[str]) -> None:
 
 
 def _validate_draw(attrs: Mapping[str, JsonValue]) -> None:
-    names = list(attrs["sources"].values())
+    names = attrs["names"]
+    if len(names) != len(attrs["sources"]):
+        raise ValueError("sources and names go together: a short name for each source")
     if len(names) < 2 or len(set(names)) != len(names):
         raise ValueError(f"sources: a mixture needs two sources at least, each named once; got {names}")
     _check_prior(attrs["prior"], names)
@@ -89,7 +91,7 @@ def _draw(ctx: Context) -> None:
     )
 
     attrs = ctx.attrs
-    sources = [read_source(label, name, ctx.url(label)) for label, name in attrs["sources"].items()]
+    sources = [read_source(label, name, ctx.url(label)) for label, name in zip(attrs["sources"], attrs["names"])]
     check_one_tokenizer(sources)
     limits = caps(sources, attrs["tokens"], attrs["max_repetition"])
     check_room(sources, limits, attrs["tokens"], attrs["max_repetition"])
@@ -119,9 +121,10 @@ def _mixture_headline(out: Path) -> str | None:
     return json_headline(out / MIXTURE_FILE, describe)
 
 
-SOURCES_ATTR = Attr(
-    types.LABEL_KEYED_DICT, doc="{tokenize target: the source's short name}, the sources a mixture weighs."
-)
+# Two lists, not {target: name}: attributes whose labels are values, not keys, key through
+# the fast identity template (marinbuild/targets/identity.py).
+SOURCES_ATTR = Attr(types.LABEL_LIST, doc="The tokenize targets a mixture weighs.")
+NAMES_ATTR = Attr(types.STRING_LIST, doc="Each source's short name, in the same order (the weight columns).")
 TOKENS_DOC = "The training tokens of the run the mixture is for (steps x batch x sequence length): the caps are for it."
 
 mixture_draw = Rule(
@@ -131,6 +134,7 @@ mixture_draw = Rule(
     "-> mixture.json (train_lm's `mixture`).",
     attrs={
         "sources": SOURCES_ATTR,
+        "names": NAMES_ATTR,
         "prior": Attr(types.JSON, default="tokens", doc='"tokens" (their token counts), "uniform", or {name: share}.'),
         "draw": Attr(types.INT, doc="Which draw: each has a generator of its own (seed, draw)."),
         "seed": Attr(types.INT, default=0),

@@ -27,7 +27,8 @@ def test_the_study_is_a_swarm_a_fit_and_its_check_at_two_scales() -> None:
     draws = {targets[label].attrs["mixture"] for label in swarm}
     assert len(draws) == len(swarm) and {rules[draw] for draw in draws} == {"mixture_draw"}
     assert sorted(targets[draw].attrs["draw"] for draw in draws) == list(range(len(swarm)))
-    sources = targets[f"{PKG}:swarm-000-mixture"].attrs["sources"]
+    draw = targets[f"{PKG}:swarm-000-mixture"].attrs
+    sources = dict(zip(draw["sources"], draw["names"]))
     assert len(sources) >= 3 and all(rules[label] == "tokenize" for label in sources)
 
     fit = targets[f"{PKG}:law"].attrs
