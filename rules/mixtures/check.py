@@ -8,7 +8,6 @@ one the swarm trained. Whether the proposal's advantage holds is read at each sc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,10 @@ from typing import Any
 from marinbuild.targets.context import StepFailed
 from rules.common.mixture_file import MIXTURE_FILE
 from rules.lm.constants import EVAL_METRICS
+from rules.mixtures.table import read_json
 
 REFERENCES = ("uniform", "prior", "best_run")
 SWARM_SCALE = "swarm"  # the scale of the swarm's own runs, where the fit predicts
-
-
-def _read(root: Path, name: str, label: str) -> Any:
-    try:
-        return json.loads((root / name).read_text())
-    except (OSError, ValueError) as error:
-        raise StepFailed(f"{label} has no readable {name}") from error
 
 
 def _target_loss(label: str, metrics: Mapping[str, Any], target: Mapping[str, float]) -> float:
@@ -45,8 +38,8 @@ def check(
     """validation.json: for each (scale, role) of `roles`, its mixture and target loss."""
     scales: dict[str, dict[str, Any]] = {}
     for (scale, role), (mixture_label, mixture_root), (eval_label, eval_root) in zip(roles, mixtures, evals):
-        mixture = _read(mixture_root, MIXTURE_FILE, mixture_label)
-        metrics = _read(eval_root, EVAL_METRICS, eval_label)
+        mixture = read_json(mixture_root, MIXTURE_FILE, mixture_label, "validation mixtures are mixture_pick targets")
+        metrics = read_json(eval_root, EVAL_METRICS, eval_label, "evaluations are eval_lm targets")
         found = scales.setdefault(scale, {"scale": scale, "run_tokens": mixture["run_tokens"], "runs": {}})
         names = mixture["names"]
         found["runs"][role] = {

@@ -241,9 +241,10 @@ def _validate_fit(attrs: Mapping[str, JsonValue]) -> None:
 def _fit(ctx: Context) -> None:
     from rules.mixtures import plots
     from rules.mixtures.fit import Settings, fit
+    from rules.mixtures.table import read_json
 
     attrs = ctx.attrs
-    table = json.loads((ctx.root(attrs["swarm"]) / TABLE_FILE).read_text())
+    table = read_json(ctx.root(attrs["swarm"]), TABLE_FILE, attrs["swarm"], "a fit's swarm is a mixture_table target")
     target = attrs["target"]
     settings = Settings(
         regression=attrs["regression"],
@@ -313,8 +314,9 @@ def _validate_pick(attrs: Mapping[str, JsonValue]) -> None:
 
 def _pick(ctx: Context) -> None:
     from rules.mixtures.fit import picked
+    from rules.mixtures.table import read_json
 
-    fitted = json.loads((ctx.root(ctx.attrs["fit"]) / FIT_FILE).read_text())
+    fitted = read_json(ctx.root(ctx.attrs["fit"]), FIT_FILE, ctx.attrs["fit"], "a pick reads a mixture_fit target")
     _write_json(ctx.out / MIXTURE_FILE, picked(fitted, ctx.attrs["pick"], ctx.attrs["tokens"]))
 
 
@@ -349,8 +351,9 @@ def _validate_check(attrs: Mapping[str, JsonValue]) -> None:
 def _check(ctx: Context) -> None:
     from rules.mixtures import plots
     from rules.mixtures.check import check
+    from rules.mixtures.table import read_json
 
-    fitted = json.loads((ctx.root(ctx.attrs["fit"]) / FIT_FILE).read_text())
+    fitted = read_json(ctx.root(ctx.attrs["fit"]), FIT_FILE, ctx.attrs["fit"], "a check reads a mixture_fit target")
     found = check(
         fitted,
         [tuple(role) for role in ctx.attrs["roles"]],

@@ -16,7 +16,9 @@ from rules.common.mixture_file import MIXTURE_FILE
 from rules.lm.constants import EVAL_METRICS
 
 
-def _json(root: Path, name: str, label: str, what: str) -> Any:
+def read_json(root: Path, name: str, label: str, what: str) -> Any:
+    """The JSON file `name` of the input `label` (its output at `root`), or a failed step
+    of one line saying what `label` should have been (`what`)."""
     try:
         return json.loads((root / name).read_text())
     except (OSError, ValueError) as error:
@@ -36,12 +38,12 @@ def gather(
     """The table of the runs named `runs`, from their mixtures' and evaluations' outputs."""
     rows, first = [], None
     for run, (mixture_label, mixture_root), (eval_label, eval_root) in zip(runs, mixtures, evals):
-        mixture = _json(mixture_root, MIXTURE_FILE, mixture_label, "a swarm's mixtures are mixture_draw targets")
+        mixture = read_json(mixture_root, MIXTURE_FILE, mixture_label, "a swarm's mixtures are mixture_draw targets")
         if first is None:
             first = mixture
         elif list(mixture["weights"]) != list(first["weights"]):
             raise StepFailed(f"{mixture_label} mixes other sources than {rows[0]['mixture']}")
-        losses = _losses(eval_label, _json(eval_root, EVAL_METRICS, eval_label, "evaluations are eval_lm targets"))
+        losses = _losses(eval_label, read_json(eval_root, EVAL_METRICS, eval_label, "evaluations are eval_lm targets"))
         rows.append(
             {"run": run, "mixture": mixture_label, "weights": list(mixture["weights"].values()), "losses": losses}
         )
