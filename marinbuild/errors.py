@@ -83,6 +83,11 @@ class EgressOverBudget(MarinbuildError):
     only when the budget allows it or the builder says `--allow-egress`."""
 
 
+class ComputeOverBudget(MarinbuildError):
+    """The stale steps of a build would take more accelerator-hours, as estimated from their
+    FLOPs (targets/compute.py), than `--max-accelerator-hours` allows."""
+
+
 class ClusterError(MarinbuildError):
     """The Ray cluster to run steps on cannot be reached or used."""
 

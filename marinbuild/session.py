@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -149,7 +149,11 @@ class Session:
         salt: str | None = None,
     ) -> Scheduler:
         """A scheduler over `graph`, with what provenance lends execution: explanations of
-        misses and the log of the builder holding a key this build waits for."""
+        misses and the log of the builder holding a key this build waits for. Unless the
+        options say otherwise, the attempts record estimates at the workspace's utilisation,
+        whatever command runs them (`build`, `rerun`, the Python API)."""
+        if options.utilisation is None:
+            options = replace(options, utilisation=self.workspace.utilisation)
         hooks = Hooks(
             explain_miss=functools.partial(explain_miss, self.cache),
             follow_holder=functools.partial(HolderLogTail, self.store),

@@ -8,23 +8,35 @@ the builds inherit): it listens on this machine only, for the length of the test
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 _HOLDER = """
-import sys, ray
-ray.init(address="local", num_cpus=2, include_dashboard=False, _memory=8 * 2**30, object_store_memory=256 * 2**20)
+import json, sys, ray
+ray.init(
+    address="local", num_cpus=2, include_dashboard=False, _memory=8 * 2**30, object_store_memory=256 * 2**20,
+    **json.loads(sys.argv[1]),
+)
 print(ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()
 """
 
 
 class LocalRayCluster:
-    def __init__(self) -> None:
+    """`resources`: more of `ray.init`'s arguments, such as GPUs the node claims to have
+    (`num_gpus`, and `resources={"accelerator_type:H100": 1}` for their kind): Ray hands
+    them out by count, without looking for the devices."""
+
+    def __init__(self, **resources: Any) -> None:
         os.environ["RAY_AUTH_MODE"] = "disabled"
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", _HOLDER, json.dumps(resources)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert self.process.stdout is not None
         self.address = self.process.stdout.readline().strip()

@@ -18,6 +18,7 @@ from marinbuild.cli.progress import PlanReporter
 from marinbuild.commands.build import build as build_targets
 from marinbuild.commands.build import step_settings
 from marinbuild.commands.pin import pin as pin_artifacts
+from marinbuild.targets.compute import Estimate
 from marinbuild.targets.rule import Resources
 
 _MAX_OUTPUTS_SHOWN = 10  # like Bazel's --show_result: a wildcard over 10,000 targets prints a summary
@@ -82,6 +83,20 @@ _MAX_OUTPUTS_SHOWN = 10  # like Bazel's --show_result: a wildcard over 10,000 ta
     help="Copy entries from the store's mirrors in other regions even past the egress budget "
     "(egress_budget_gb, default 10 GB a build); without it such a build stops before copying.",
 )
+@click.option(
+    "--max-accelerator-hours",
+    type=click.FloatRange(min=0),
+    metavar="HOURS",
+    help="Refuse (exit 2, before anything runs) a build whose stale trainings would take more "
+    "accelerator-hours than this, as estimated from their FLOPs; a dry run prints each estimate.",
+)
+@click.option(
+    "--utilisation",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    metavar="FRACTION",
+    help="The utilisation (MFU) the estimates assume on every accelerator (default: the workspace's "
+    "'utilisation' setting, else 0.4).",
+)
 @click.pass_context
 @handles_errors
 def build(
@@ -101,6 +116,8 @@ def build(
     sandbox: bool | None,
     allow_cpu: bool,
     allow_egress: bool,
+    max_accelerator_hours: float | None,
+    utilisation: float | None,
 ) -> None:
     """Build the targets matched by PATTERNS (`//pkg:name`, `//pkg:all`, `//pkg/...`, `-PATTERN`)."""
     session = open_session(ctx)
@@ -117,6 +134,8 @@ def build(
         explain=explain,
         steps=step_settings(session, sandbox),
         egress=session.egress(allow_egress),
+        utilisation=session.workspace.utilisation if utilisation is None else utilisation,
+        max_accelerator_hours=max_accelerator_hours,
     )
     if executor == "ray":  # the cluster queues steps by their resources, not this machine
         options = dataclasses.replace(options, capacity=Resources(cpu=math.inf, memory_gb=math.inf))
@@ -133,6 +152,8 @@ def build(
             click.echo(f"{item.status.value:9} {item.label}" + (f"  ({item.reason})" if item.reason else ""))
             if item.description:
                 click.echo(f"{'':9} {item.description}")
+            if item.estimate:
+                click.echo(f"{'':9} estimate: {Estimate.from_json(item.estimate).describe()}")
         for note in result.notes:
             click.echo(note)
     else:

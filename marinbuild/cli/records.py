@@ -6,10 +6,12 @@ import json
 from typing import Any
 
 from marinbuild.actions.analysis.keys import short
+from marinbuild.actions.bookkeeping.machines import Machine
 from marinbuild.provenance import AttemptRecord, HistoryItem
 from marinbuild.provenance.compare import Comparison
 from marinbuild.provenance.data_counts import FIELDS, DataCounts, data_counts
 from marinbuild.provenance.explain import Explanation
+from marinbuild.targets.compute import Estimate
 from marinbuild.targets.distributions import FIELD as DISTRIBUTIONS
 from marinbuild.targets.distributions import Distribution, distributions
 
@@ -24,6 +26,8 @@ def attempt_line(record: AttemptRecord) -> str:
         f"attempt {record.attempt_id}",
         f"{record.user or '?'}@{record.host or '?'}",
     ]
+    if record.executor is not None:  # where it ran, if not (only) the builder's host
+        parts.append(f"on {record.where(short=True)}")
     if record.duration_s is not None:
         parts.append(f"{record.duration_s:.1f}s")
     if record.exit_status is not None:
@@ -60,6 +64,8 @@ def history_lines(items: list[HistoryItem]) -> list[str]:
                 line += f"  attempt {attempt.attempt_id}"
                 if attempt.duration_s is not None:
                     line += f"  {attempt.duration_s:.1f}s"
+                if attempt.executor is not None:
+                    line += f"  on {attempt.where(short=True)}"
                 if attempt.error:
                     line += f"\n        {attempt.error.splitlines()[0]}"
             lines.append(line)
@@ -106,10 +112,14 @@ def show_lines(description: dict) -> list[str]:
         lines.append("  inputs")
         lines += _input_lines(recipe["inputs"], "    ")
     lines.append("  provenance")
-    lines += [
-        f"    {name}: {json.dumps(value) if isinstance(value, dict) else value}"
-        for name, value in description["provenance"].items()
-    ]
+    for name, value in description["provenance"].items():
+        if name == "ran_on":
+            lines += _machine_lines(value)
+        else:
+            lines.append(f"    {name}: {json.dumps(value) if isinstance(value, dict) else value}")
+    if description.get("estimate"):
+        estimated = Estimate.from_json(description["estimate"])
+        lines.append(f"  estimate     {estimated.against(description['provenance'].get('duration_s'))}")
     copied = description.get("copied")
     if copied:
         lines.append(
@@ -147,6 +157,15 @@ def show_lines(description: dict) -> list[str]:
 
 
 _FILES_SHOWN = 20
+
+
+def _machine_lines(ran_on: list[dict[str, Any]]) -> list[str]:
+    """Where the attempt ran (machines.py): on its line, or one line a host (or a node its
+    units ran on)."""
+    machines = [Machine.from_json(item) for item in ran_on]
+    if len(machines) == 1:
+        return [f"    ran on: {machines[0].describe()}"]
+    return [f"    ran on ({len(machines)} machines):", *(f"      {machine.describe()}" for machine in machines)]
 
 
 def data_lines(counts: DataCounts) -> list[str]:

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from marinbuild.actions.execution.executor import Dependencies, Executor, UnitInput, WorkerLost
+from marinbuild.actions.bookkeeping.machines import Machine
+from marinbuild.actions.execution.executor import Dependencies, Executor, Placed, UnitInput, WorkerLost
 from marinbuild.actions.execution.hermetic import StepSettings
 from marinbuild.cluster.distributed import rendezvous
 from marinbuild.cluster.placement import Placement, placement
@@ -46,6 +47,7 @@ _FORWARDED_ENV = (
 
 class RayExecutor(Executor):
     runs_here = False
+    name = "ray"
 
     def __init__(
         self,
@@ -95,13 +97,17 @@ class RayExecutor(Executor):
 
         ray.shutdown()
 
-    def run(self, target: Target, context: Context, dependencies: Dependencies) -> Uploaded | None:
+    def run(
+        self, target: Target, context: Context, dependencies: Dependencies, placed: Placed | None = None
+    ) -> Uploaded | None:
         import ray
 
         where = placement(target.resources)
         hosts, reservations = self._place(where)
         try:
             addresses = ray.get([host.address.remote() for host in hosts])
+            if placed is not None:
+                placed([_machine(address["machine"], where.host.accelerator_type) for address in addresses])
             resumable = context.scratch is not None
             machines = {address["ip"] for address in addresses}
             if resumable and not self.scratch_is_shared and len(machines) > 1 and self.shared_scratch is None:
@@ -145,8 +151,16 @@ class RayExecutor(Executor):
 
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
-    def run_unit(self, target: Target, impl: str, context: Context, inputs: Mapping[str, UnitInput]) -> Uploaded | None:
-        """One unit as a Ray task (cluster/ray_units.py), cancelled if the unit is stopped."""
+    def run_unit(
+        self,
+        target: Target,
+        impl: str,
+        context: Context,
+        inputs: Mapping[str, UnitInput],
+        placed: Placed | None = None,
+    ) -> Uploaded | None:
+        """One unit as a Ray task (cluster/ray_units.py), cancelled if the unit is stopped;
+        `placed` is told the node the task ran on once it returns."""
         import ray
 
         action_env = [*self.steps.action_env, *target.rule.env]
@@ -162,6 +176,8 @@ class RayExecutor(Executor):
             raise StepFailed(f"the unit's Ray task failed: {_first_line(error)}") from None
         except ray.exceptions.RayError as error:  # its worker or node died
             raise WorkerLost(f"the unit's Ray task was lost: {_first_line(error)}") from None
+        if placed is not None and report.get("machine") is not None:
+            placed([Machine.from_json(report["machine"])])
         with open(context.log_path, "a") as log:
             log.write(report["log"])
         if report["progress"] is not None:
@@ -316,6 +332,15 @@ def _failure(error: str, rank: int, addresses: list[dict[str, Any]], count: int)
         host = addresses[rank]["host"]
         error += f" — on {host}: the cluster's nodes need the step's Python dependencies (the driver's environment)"
     return f"{_name(rank, addresses, count)}: {error}" if count > 1 else error
+
+
+def _machine(data: dict[str, Any], asked: str | None) -> Machine:
+    """A host of the step, its accelerator kind, where Ray did not label its node, the kind
+    the step asked for (Ray placed it on a node that has it)."""
+    machine = Machine.from_json(data)
+    if machine.accelerator_type is None and machine.accelerators and asked is not None:
+        return dataclasses.replace(machine, accelerator_type=asked)
+    return machine
 
 
 def _first_line(error: BaseException) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from marinbuild.actions.bookkeeping.build_provenance import Provenance
+from marinbuild.actions.bookkeeping.machines import Machine
 from marinbuild.actions.execution.attempt import StepRun
 from marinbuild.actions.execution.executor import input_files, run_in_subprocess
 from marinbuild.actions.execution.hermetic import step_environment
@@ -36,6 +37,27 @@ from marinbuild.store.manifest import Manifest
 
 # This host's own space (staging, copies of inputs, scratch of a remote store).
 LOCAL_DIR = Path(tempfile.gettempdir()) / "marinbuild-ray"
+# The node label Ray sets to the kind of accelerator it found on a node (`H100`, `TPU-V5P`).
+_ACCELERATOR_LABEL = "ray.io/accelerator-type"
+
+
+def this_node() -> dict[str, Any]:
+    """Where this Ray worker (an actor or a task) runs, as its attempt records it
+    (machines.py): the node's id and address, and the accelerators Ray gave this worker
+    there (its resources of the kinds Ray counts as accelerators: GPU, TPU, …; none on a
+    CPU-only node), with the node's accelerator kind where Ray labelled it."""
+    import ray
+
+    context = ray.get_runtime_context()
+    assigned = context.get_assigned_resources()
+    given = {name: float(assigned[name]) for name in context.get_accelerator_ids() if assigned.get(name)}
+    return Machine(
+        socket.gethostname(),
+        ray.util.get_node_ip_address(),
+        context.get_node_id(),
+        context.get_node_labels().get(_ACCELERATOR_LABEL),
+        tuple(sorted(given.items())),
+    ).to_json()
 
 
 def dependencies_to_json(dependencies: dict[str, Path | Outputs]) -> dict[str, Any]:
@@ -77,7 +99,12 @@ class StepHost:
     def address(self) -> dict[str, Any]:
         import ray
 
-        return {"ip": ray.util.get_node_ip_address(), "host": socket.gethostname(), "pid": os.getpid()}
+        return {
+            "ip": ray.util.get_node_ip_address(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "machine": this_node(),
+        }
 
     def free_port(self) -> int:
         with socket.socket() as probe:

@@ -6,8 +6,9 @@ cluster is the unit itself: a plain Ray task that opens the store from its spec,
 the unit's input files from it (an input's file by its output's key, verified; a file
 the step made itself from the store's blobs), runs the unit in a worker process there
 (`marinbuild.actions.execution.worker`, as locally), and uploads its outputs under the unit's key.
-It returns its log, its last progress and what it measured with the outcome. Ray
-schedules the tasks over the cluster's CPUs, one each: no scheduler of marinbuild's own.
+It returns its log, its last progress, what it measured and the node it ran on with the
+outcome. Ray schedules the tasks over the cluster's CPUs, one each: no scheduler of
+marinbuild's own.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from marinbuild.actions.execution.attempt import StepRun
 from marinbuild.actions.execution.executor import UnitInput, run_in_subprocess
 from marinbuild.actions.execution.hermetic import step_environment
-from marinbuild.cluster.ray_host import LOCAL_DIR
+from marinbuild.cluster.ray_host import LOCAL_DIR, this_node
 from marinbuild.hashing import StatCache
 from marinbuild.memo import Memo
 from marinbuild.store import ActionCache, AttemptStatus, StoreSpec, layout, open_store
@@ -70,6 +71,7 @@ def run_unit(request: dict[str, Any]) -> dict[str, Any]:
     report: dict[str, Any] = {"log": "", "progress": None, "measured": {}}
     staging: Staging | None = None
     try:
+        report["machine"] = this_node()  # where the unit ran, for its attempt record
         store = open_store(StoreSpec(**request["store"]), LOCAL_DIR, StatCache(Memo(None, "ray-unit")))
         cache = ActionCache(store, StatCache(Memo(None, "ray-unit")), Memo(None, "ray-unit"))
         staging = cache.new_staging()

@@ -24,6 +24,7 @@ from marinbuild.actions.execution.hermetic import COMPILATION_CACHE_DIR, StepSet
 from marinbuild.actions.execution.resume import resume_point
 from marinbuild.actions.execution.scheduler import Scheduler
 from marinbuild.commands.certified import bookkeeping, noop_certificate, serve_certified
+from marinbuild.commands.costs import check_budget, stale_estimates, total_line
 from marinbuild.commands.invocation import run_recorded
 from marinbuild.consulted import Consulted, code_files, recording
 from marinbuild.errors import AcceleratorMissing
@@ -56,7 +57,12 @@ def build(
         planned()
         lacking = {} if options.executor == "ray" or allow_cpu else _lacking_accelerators(graph)
         if options.dry_run:
-            return _annotate_dry_run(session, graph, session.scheduler(graph, options, reporter), lacking)
+            return _with_estimates(
+                graph, _annotate_dry_run(session, graph, session.scheduler(graph, options, reporter), lacking), options
+            )
+        if options.max_accelerator_hours is not None:
+            estimates = stale_estimates(graph, session.dry_run_graph(graph), options.utilisation)
+            check_budget(estimates, options.max_accelerator_hours)
         if lacking:
             _refuse_lacking(session, graph, lacking)
         scheduler = run_recorded(session, "build", graph, list(patterns), options, Tee(reporter, warnings), events)
@@ -140,6 +146,18 @@ def _annotate_dry_run(session: Session, graph: Graph, scheduler: Scheduler, lack
         if notes:
             reason = "; ".join(filter(None, [item.reason, *notes]))
             result.results[label] = dataclasses.replace(item, reason=reason)
+    return result
+
+
+def _with_estimates(graph: Graph, result: BuildResult, options: BuildOptions) -> BuildResult:
+    """A dry run's result with each stale training's estimated cost and their total, or the
+    refusal of a build whose estimate exceeds `--max-accelerator-hours`."""
+    estimates = stale_estimates(graph, result, options.utilisation)
+    check_budget(estimates, options.max_accelerator_hours)
+    for label, estimated in estimates.items():
+        result.results[label] = dataclasses.replace(result.results[label], estimate=estimated.to_json())
+    line = total_line(estimates)
+    result.notes.extend([line] if line else [])
     return result
 
 

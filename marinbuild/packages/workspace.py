@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from marinbuild.errors import Location, WorkspaceError, did_you_mean
+from marinbuild.targets.compute import Utilisation, check_utilisation
 
 BUILD_FILE = "BUILD.marin"
 _KNOWN_SETTINGS = {
@@ -31,6 +32,7 @@ _KNOWN_SETTINGS = {
     "mirrors",
     "region",
     "egress_budget_gb",
+    "utilisation",
 }
 EXECUTORS = ("local", "ray")
 # Never packages: VCS data, virtual environments, caches. The store is added at runtime.
@@ -66,6 +68,9 @@ class Workspace:
     mirrors: tuple[str, ...] = ()
     region: str | None = None
     egress_budget_gb: float = 10.0
+    # The utilisation (MFU) an estimate of accelerator-hours assumes (targets/compute.py):
+    # a fraction for every kind, or a table by kind; None: each kind's default.
+    utilisation: Utilisation = None
 
     def setting_location(self, name: str) -> Location | None:
         """The line of the settings file that sets `name`, for an error about it (None if
@@ -213,7 +218,14 @@ def _workspace_from(root: Path, config_file: Path, settings: dict) -> Workspace:
         raise WorkspaceError(
             f"{config_file}: 'egress_budget_gb' must be a number of GB (0 or more), got {egress_budget_gb!r}"
         )
+    try:
+        utilisation = check_utilisation(settings.get("utilisation"), f"{config_file}: 'utilisation'")
+    except ValueError as error:
+        raise WorkspaceError(
+            str(error), hint="e.g. utilisation = 0.45, or utilisation = { v5p = 0.5, H100 = 0.35 }"
+        ) from None
     return Workspace(
+        utilisation=utilisation,
         mirrors=mirrors,
         region=region,
         egress_budget_gb=float(egress_budget_gb),

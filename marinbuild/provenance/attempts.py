@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from marinbuild.actions.bookkeeping.machines import where_text
 from marinbuild.store import AttemptStatus, Records, Store
 
 
@@ -48,6 +49,16 @@ class AttemptRecord:
     @property
     def host(self) -> str | None:
         return self.record.get("host")
+
+    @property
+    def executor(self) -> str | None:
+        """What ran it (`local`, `ray`); None in a record written before it was recorded."""
+        return self.record.get("executor")
+
+    def where(self, short: bool = False) -> str:
+        """Where it ran (machines.py): its executor and machines, or, in a record that does
+        not say, its builder's host as before."""
+        return where_text(self.record, short) or self.host or "?"
 
     @property
     def user(self) -> str | None:

@@ -16,6 +16,8 @@ from marinbuild.targets.rule import Rule
 PROVENANCE_FIELDS = (
     "user",
     "host",
+    "executor",
+    "ran_on",
     "started",
     "finished",
     "duration_s",
@@ -75,6 +77,8 @@ def describe(cache: ActionCache, key: str, rules: Mapping[str, Rule], recursive:
         **({"checkpoints": kept_entries, "checkpoint_outputs": kept_at} if kept else {}),
         # The units a sharded step mapped (actions/execution/shards.py), each an entry `show KEY` describes.
         **({"shards": record["shards"]} if record.get("shards") else {}),
+        # What the build assumed a training would cost (targets/compute.py), beside its duration.
+        **({"estimate": record["estimate"]} if "estimate" in record else {}),
         # What the attempt that made the output measured (`ctx.measure`): not part of it.
         "measured": record.get("measured", {}),
         # Where the entry came from if it was copied from a mirror in another region

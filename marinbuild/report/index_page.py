@@ -70,7 +70,7 @@ def _failure_section(report: Report) -> str:
         parts.append(f'<h3 class="failed-step">{link(failure.step.label, STEPS_DIR + "/")} failed</h3>')
         build = failure.invocation
         parts.append(
-            f'<p class="meta">{escape(record.started or "?")} on {escape(record.host or "?")}, '
+            f'<p class="meta">{escape(record.started or "?")} on {escape(record.where(short=True))}, '
             f"after {escape(duration(record.duration_s))}"
             + (
                 f"; build {escape(build.invocation_id)} of {escape(' '.join(build.patterns))} "
@@ -136,7 +136,7 @@ def _steps_section(report: Report) -> str:
                 f"<td>{escape(outcome)}</td>",
                 f'<td class="num" data-sort="{last.duration_s if last and last.duration_s is not None else ""}">'
                 f"{escape(duration(last.duration_s) if last else '')}</td>",
-                f"<td>{escape(last.host or '' if last else '')}</td>",
+                f"<td>{escape(last.where(short=True) if last else '')}</td>",
             ]
         )
     headers = ["step", "rule", "status", "key", "attempts", "last attempt", "duration", "host"]

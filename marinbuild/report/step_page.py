@@ -15,6 +15,7 @@ from marinbuild.report import plots
 from marinbuild.report.blocks import badge, duration, json_block, link, rule_section
 from marinbuild.report.collect import AttemptView, StepReport
 from marinbuild.sizes import human_size
+from marinbuild.targets.compute import Estimate
 from marinbuild.targets.distributions import Distribution, distributions
 from marinbuild.targets.html_blocks import cell, image, table
 
@@ -103,6 +104,11 @@ def _summary_blocks(step: StepReport) -> list[str]:
     return [*blocks, f"<h3>{metrics_file}</h3>", json_block(summary)]
 
 
+def _estimate(recorded: dict[str, Any] | None, duration_s: float | None) -> str | None:
+    """What the build assumed a training would cost, beside what it took (targets/compute.py)."""
+    return None if not recorded else Estimate.from_json(recorded).against(duration_s)
+
+
 def _attempt_block(view: AttemptView, number: int, total: int) -> str:
     record = view.record
     failed = record.status.value != "succeeded"
@@ -111,7 +117,9 @@ def _attempt_block(view: AttemptView, number: int, total: int) -> str:
         ("started", record.started),
         ("finished", record.finished),
         ("duration", duration(record.duration_s)),
+        ("estimate", _estimate(record.record.get("estimate"), record.duration_s)),
         ("host", record.host),
+        ("ran on", record.where() if record.executor is not None else None),
         ("user", record.user),
         ("exit status", record.exit_status),
         ("error", record.error),
@@ -130,7 +138,7 @@ def _attempt_block(view: AttemptView, number: int, total: int) -> str:
         f'<details class="attempt attempt-{record.status.value}" '
         f'id="attempt-{escape(record.attempt_id)}"{" open" if failed else ""}>'
         f"<summary>attempt {number} of {total}: <b>{escape(record.status.value)}</b>, {escape(record.started or '')}, "
-        f"{escape(duration(record.duration_s))} on {escape(record.host or '?')}</summary>"
+        f"{escape(duration(record.duration_s))} on {escape(record.where(short=True))}</summary>"
         f'<table>{rows}</table><p class="meta">log tail:</p>{log}'
         f"<details><summary>the whole record (provenance)</summary>{json_block(record.to_json())}</details></details>"
     )

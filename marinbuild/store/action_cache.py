@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -164,8 +164,7 @@ class ActionCache:
             tree_digest, manifest, checksums = parsed.tree_digest, parsed.manifest, parsed.checksums
             rule_code = parsed.provenance.get("rule_code")
             kept = parsed.provenance.get("checkpoints", {})
-            files = [(f.path, f.digest, f.size) for f in manifest.files]
-            self.memo.put(path, (signature, tree_digest, files, checksums, rule_code, kept))
+            self._remember(path, signature, parsed)
         output = layout.output(key)
         problem = self.store.verify_outputs(output, manifest, checksums)
         if not problem and whole:
@@ -173,6 +172,16 @@ class ActionCache:
         if problem:
             return Lookup(None, problem)
         return Lookup(Outputs(key, tree_digest, manifest, self.store.location(output), rule_code))
+
+    def _remember(self, path: str, signature: Hashable, entry: CacheEntry) -> None:
+        """Keep what the verified entry at `path` says, under its signature: the next look-up
+        of its key reads nothing while the signature holds."""
+        files = [(f.path, f.digest, f.size) for f in entry.manifest.files]
+        kept = entry.provenance.get("checkpoints", {})
+        self.memo.put(
+            path,
+            (signature, entry.tree_digest, files, entry.checksums, entry.provenance.get("rule_code"), kept),
+        )
 
     def _kept_problem(self, kept: dict[str, str]) -> str | None:
         """Why the entries of the states an entry names as kept are not all usable (None
@@ -307,6 +316,13 @@ class ActionCache:
             winner = self.lookup(attempt.key).outputs
             if winner is not None:
                 return winner
+        elif not self.store.lists_signatures:
+            # Where a `stat` is cheap, the entry just written is remembered as read: the first
+            # no-op after a cold build then reads and verifies no entry (at 100,000 targets,
+            # 100,000 reads, parses and recipe hashes: docs/benchmarks.md, "Graphs of 100,000 targets").
+            path = layout.entry(attempt.key)
+            if (signature := self.store.signature(path)) is not None:
+                self._remember(path, signature, entry)
         return Outputs(attempt.key, manifest.tree_digest, manifest, root, provenance.get("rule_code"))
 
     def create_entry(self, key: str, data: bytes, tree_digest: str) -> bool:

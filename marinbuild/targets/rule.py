@@ -226,6 +226,11 @@ class Rule:
     # For outputs whose bytes are not reproducible (training): `rerun --check` compares
     # these metrics of `metrics_file`, each within its relative tolerance.
     check_metrics: Mapping[str, float] | None = None
+    # The FLOPs a step computes (a training's: steps × batch × sequence × FLOPs per token),
+    # from its attributes and the targets they name (`lookup(label)`: its data, the model it
+    # starts from), before it runs: a dry run and `--max-accelerator-hours` turn them into
+    # accelerator-hours (targets/compute.py). None where only an input's files would say.
+    flops: Callable[[Mapping[str, JsonValue], Callable[[str], Target | None]], float | None] | None = None
     # -- checkpoints
     # Where a new attempt would resume, in words, from the files of a key's scratch space
     # (their paths, and a function reading one); None: from the start.

@@ -22,6 +22,7 @@ from marinbuild.targets.outputs import Curves
 from marinbuild.targets.rule import Execution, ReadScratch, Resources, RetryPolicy, Rule, StepInput, checkpoint_name
 from rules.common import lm_config
 from rules.common.corpus import SUMMARY
+from rules.common.flops import train_lm_flops
 from rules.common.headline import json_headline, summary_headline
 from rules.common.hub import ALLOW_UNPINNED, HUB_ENV, NO_TORCH, check_pinned
 from rules.common.training_files import METRICS, resume_step
@@ -322,6 +323,7 @@ train_lm = Rule(
     validate=_validate_train,
     headline=_train_headline,
     **TRAINING_RUN,
+    flops=train_lm_flops,
     multi_host=True,
     packages=ML_PACKAGES,
     env=(*WANDB_ENV, NO_TORCH),

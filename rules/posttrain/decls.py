@@ -24,6 +24,7 @@ from marinbuild.targets.attrs import Attr, AttrType, Field, JsonValue, struct
 from marinbuild.targets.context import Context
 from marinbuild.targets.rule import Execution, Rule
 from rules.common.corpus import CORPUS_ATTRS, SUMMARY, check_corpus_attrs
+from rules.common.flops import sft_lm_flops
 from rules.common.headline import summary_headline
 from rules.common.hub import NO_TORCH
 from rules.common.ranges import check_attrs, ranged
@@ -204,6 +205,7 @@ sft_lm = Rule(
     validate=_validate_sft,
     headline=_sft_headline,
     **TRAINING_RUN,
+    flops=sft_lm_flops,
     packages=(*ML_PACKAGES, "transformers", "safetensors"),
     env=(NO_TORCH,),
     code_modules=(*LEVANTER_MODULES, "rules.posttrain.sft_lm", "rules.posttrain.constants"),

@@ -453,12 +453,16 @@ def _check_dedup(attrs: Mapping[str, JsonValue]) -> None:
     if not attrs["data"]:
         raise AttrError("dedup: data must list at least one corpus")
     DedupConfig.from_spec(attrs["exact"], attrs["fuzzy"], attrs["paragraphs"])
+    if attrs["reduce_documents"] < 1:
+        raise AttrError(f"dedup: reduce_documents must be at least 1, got {attrs['reduce_documents']}")
 
 
 dedup = Rule(
     name="dedup",
     impl=_dedup,
-    version=2,  # 2: a near duplicate is removed only if it is like its cluster's kept document
+    # 2: a near duplicate is removed only if it is like its cluster's kept document;
+    # 3: candidate_pairs counted once per band a pair shares (the same in units), below_threshold gone
+    version=3,
     attrs={
         "data": Attr(types.LABEL_LIST, doc="Corpora (outputs of data rules), deduplicated together, in this order."),
         "exact": Attr(types.BOOL, default=True, doc="Remove documents whose normalised text another has."),
@@ -473,12 +477,22 @@ dedup = Rule(
             default=False,
             doc="Paragraph dedup by a Bloom filter: {'false_positive_rate': 0.001}, True for it, False for off.",
         ),
+        # How the reduce runs, not what it decides: the same decisions either way.
+        "reduce_documents": Attr(
+            types.INT,
+            default=1_000_000,
+            identity=False,
+            doc="The most documents the reduce holds in one process (about 170 MB at 1,000,000): a corpus of "
+            "more is reduced in units of about this many documents each, on the local pool or, with "
+            "--executor ray, as Ray tasks (docs/cluster.md#at-scale).",
+        ),
     },
     validate=_check_dedup,
     code_modules=(
         "rules.webdata.dedup",
         "rules.webdata.blocks.dedup.signatures",
         "rules.webdata.blocks.dedup.clusters",
+        "rules.webdata.blocks.dedup.partitioned",
         "rules.webdata.blocks.dedup.apply",
         _DOCUMENTS,
     ),

@@ -5,9 +5,11 @@ A sharded rule (docs/rules.md#sharded-steps) in the three phases of blocks/dedup
 1. a *map* unit per input shard, keyed by the shard's content and the dedup config only
    (not its name nor its input), writing the shard's signatures: adding a shard maps that
    shard alone, and a shard two inputs share is mapped once;
-2. the *reduce* (`find_clusters`), in the driver, over every shard's signatures in the
-   stable order (the inputs in the order given, then the splits, then the shards by
-   name), writing one decision file per shard;
+2. the *reduce*, over every shard's signatures in the stable order (the inputs in the
+   order given, then the splits, then the shards by name), writing one decision file per
+   shard: in the driver (`find_clusters`) for up to `reduce_documents` documents, and for
+   more in waves of units of about that many each (`PartitionedReduce`), on the local pool
+   or as Ray tasks, with the same decisions;
 3. an *apply* unit per shard, keyed by the shard's content and its decision file's
    content: it writes the kept documents and the shard's cluster members. A shard whose
    decisions did not change (no document of it joined or left a cluster, no cluster it is
@@ -37,6 +39,7 @@ from rules.webdata.blocks.documents import Skips, read_documents
 from rules.webdata.constants import CLUSTERS
 
 _KEPT, _MEMBERS, _COUNTS = "kept.jsonl", "clusters.jsonl", "counts.json"  # an apply unit's outputs
+_REDUCE_UNIT = "rules.webdata.dedup:reduce_unit"
 
 
 def _shard(ctx: Context) -> Path:
@@ -72,9 +75,18 @@ def apply_unit(ctx: Context) -> None:
     (ctx.out / _COUNTS).write_text(json.dumps({"dedup": deduplication.to_json(), "skipped": skips.to_json()}))
 
 
+def reduce_unit(ctx: Context) -> None:
+    """Phase 2 in units (blocks/dedup/partitioned.py): one unit of one wave."""
+    from rules.webdata.blocks.dedup.partitioned import WAVES
+
+    WAVES[ctx.attrs["wave"]]({role: ctx.location(role) for role in ctx.inputs}, ctx.attrs, ctx.out)
+
+
 def dedup(ctx: Context) -> None:
     """The driver: map every shard, find the clusters, apply them shard by shard."""
-    from rules.webdata.blocks.dedup.clusters import find_clusters
+    from rules.webdata.blocks.dedup.clusters import find_clusters, npy_header
+    from rules.webdata.blocks.dedup.partitioned import PartitionedReduce
+    from rules.webdata.blocks.dedup.signatures import CONTENT
 
     config = DedupConfig.from_spec(ctx.attrs["exact"], ctx.attrs["fuzzy"], ctx.attrs["paragraphs"])
     shards: list[tuple[str, Path]] = []  # (output name, input shard) in the stable order
@@ -88,7 +100,13 @@ def dedup(ctx: Context) -> None:
         "rules.webdata.dedup:map_unit",
         [ShardUnit(name, {"shard": path}, {"config": config.to_json()}) for name, path in shards],
     )
-    clusters = find_clusters([result.root for result in maps], config, ctx.tmp / "decisions")
+    roots = [result.root for result in maps]
+    most = int(ctx.attrs["reduce_documents"])
+    if sum(npy_header(root / CONTENT)[0][0] for root in roots) <= most:
+        clusters = find_clusters(roots, config, ctx.tmp / "decisions")
+    else:
+        waves = PartitionedReduce(roots, config, most, lambda _, units: ctx.map_shards(_REDUCE_UNIT, units))
+        clusters = waves.run(ctx.tmp / "decisions")
     units = []
     for (name, path), decisions in zip(shards, clusters.shards):
         files = {"shard": path, "clusters": decisions.clusters}

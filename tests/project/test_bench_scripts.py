@@ -92,6 +92,17 @@ def _positive(value: object) -> bool:
             lambda data: [data["tools"]["marinbuild"]["cold_s"], data["tools"]["marinbuild"]["s_per_action"]],
         ),
         (
+            "graph_scale.py",
+            ["--small", "40", "--large", "80", "--per-package", "5", "--repeat", "1"],
+            lambda data: [
+                data["small"]["cold"]["actions_per_s"],
+                data["large"]["first_noop"]["s"],
+                data["large"]["uncertified_noop"]["peak_rss_mib"]["median"],
+                data["large"]["certified_noop"]["cpu_s"]["median"],
+                *data["ratios"].values(),
+            ],
+        ),
+        (
             "query.py",
             [*TOY, "--repeat", "1"],
             lambda data: [
@@ -189,6 +200,15 @@ def test_one_core_holds_both_processes_there_and_lets_them_go_afterwards(monkeyp
         server.wait()
 
 
+def test_the_sweep_benchmark_times_the_sweep_unbuilt_and_its_stand_in_built(tmp_path) -> None:
+    data = _run("sweep.py", tmp_path, "--runs", "3", "--repeat", "1", timeout=900)
+    unbuilt, built = data["unbuilt"], data["built"]
+    assert unbuilt["query_warm"]["lines"] == unbuilt["genrules_query_warm"]["lines"] == 3 + 3, unbuilt
+    assert built["compare"]["lines"] >= 3, built  # a row per run
+    measured = [built["first_noop"]["s"], built["certified_noop"]["s"]["median"], *data["ratios"].values()]
+    assert all(_positive(value) for value in measured), data
+
+
 def test_the_training_benchmark_runs_the_examples_dense_moe_and_lora_runs_both_ways(tmp_path) -> None:
     data = _run("train_overhead.py", tmp_path, "--steps", "8", "--repeats", "1", timeout=1500)
     assert set(data["runs"]) == {"dense", "moe", "sft"}
@@ -255,6 +275,18 @@ def test_the_dedup_benchmark_times_the_signatures_measures_the_reduce_and_the_bl
     assert _positive(data["ratios"]["rbloom_to_set_bytes_per_item"])
 
 
+def test_the_dedup_scale_benchmark_reduces_in_ray_tasks_at_two_sizes_as_the_one_process_reduce(tmp_path) -> None:
+    data = _run("dedup_scale.py", tmp_path, "--toy", timeout=900)
+    assert set(data["sizes"]) == {"20000", "60000"}
+    small = data["sizes"]["20000"]
+    assert small["same_counts_as_one_process"] is True, (small["counts"], small["one_process"]["counts"])
+    for found in data["sizes"].values():
+        assert _positive(found["worker_peak_bytes"]) and _positive(found["shuffled_bytes"]), found
+        assert found["counts"]["exact_duplicates"] > 0 and found["counts"]["near_duplicates"] > 0, found
+        assert {"bucket", "pairs", "attach", "verify", "decide"} <= set(found["waves"]), found["waves"]
+    assert _positive(data["worker_peak_ratio"]) and _positive(data["seconds_per_document_ratio"])
+
+
 def test_the_data_benchmark_filters_and_dedups_through_marinbuild_builds_at_each_worker_count(tmp_path) -> None:
     args = ("--pages", "300", "--stdlib-modules", "0", "--shards", "2", "--workers", "1,2")
     data = _run("data.py", tmp_path, *args, "--skip-datatrove")
@@ -275,6 +307,34 @@ def test_the_data_benchmark_filters_and_dedups_through_marinbuild_builds_at_each
         two["dedup"],
     )
     assert data["speedup_over_fewest_workers"]["marinbuild"]["1"] == 1.0
+
+
+def test_the_shards_benchmark_plans_noops_and_starts_a_sharded_step_locally_and_on_a_bucket(tmp_path) -> None:
+    data = _run("shards.py", tmp_path, "--toy", "--baseline-src", str(ROOT))  # itself: the ratios are made
+    large, per_shard = data["local"]["large"], data["local"]["per_shard"]
+    for figure in ("plan_s", "noop_s", "dry_run_s", "plan_peak_rss_mib"):
+        assert _positive(large[figure]), large
+    for compared in (large["plan_compared"], large["first_unit_compared"]):
+        assert _positive(compared["this_s"]) and _positive(compared["to_baseline"]), compared
+    # Memory per shard is a difference of two peaks: noise at a toy size, of either sign.
+    assert _positive(per_shard["plan_ms_per_shard"]) and isinstance(per_shard["driver_bytes_per_shard"], float)
+    bucket = data["bucket"]
+    for size in ("40", "120"):
+        assert bucket[size]["requests"] > 0 and _positive(bucket[size]["plan_requests_per_shard"]), bucket[size]
+        assert _positive(bucket[size]["first_unit_compared"]["this_s"]), bucket[size]
+    assert bucket["requests_growth"] == 0, bucket  # a no-op asks nothing per shard
+
+
+def test_the_tokenized_shards_benchmark_opens_one_cache_and_a_cache_per_shard_and_trains_over_both(tmp_path) -> None:
+    args = ("--shards", "12", "--docs-per-shard", "3", "--repeat", "1", "--steps", "1")
+    data = _run("tokenized_shards.py", tmp_path, *args, timeout=1500)
+    levanter = data["levanter"]
+    assert levanter["rows"] == 12 * 4 and _positive(levanter["per_shard_to_one"]), levanter
+    assert _positive(levanter["bucket"]["per_shard_to_one"]), levanter["bucket"]
+    training = data["training"]
+    assert training["many"]["corpus_shards"] == 12 and training["one"]["corpus_shards"] == 1, training
+    assert training["many"]["ledgers_per_split"] == training["one"]["ledgers_per_split"] == 1, training
+    assert _positive(training["many_to_one"]), training
 
 
 def _documented_runs() -> Iterator[tuple[str, str, str]]:
@@ -298,6 +358,8 @@ def test_every_benchmark_command_line_of_the_docs_parses(monkeypatch) -> None:
         "extract",
         "dedup",
         "data",
+        "shards",
+        "tokenized_shards",
     }, runs
     for where, script, arguments in runs:
         module = importlib.import_module(script)

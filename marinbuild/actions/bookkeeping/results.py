@@ -36,6 +36,7 @@ class TargetResult:
     attempt: str | None = None  # the id of the attempt that ran it in this build (built or failed)
     description: str | None = None  # the target's `description`, shown by dry runs (what would run)
     code_changed: bool = False  # cached, but its rule's source changed since (not part of the key)
+    estimate: dict | None = None  # a dry run's: what a stale training would cost (targets/compute.py)
 
     def to_json(self) -> dict:
         found = {
@@ -59,6 +60,8 @@ class TargetResult:
             found["description"] = self.description
         if self.code_changed:
             found["code_changed"] = True
+        if self.estimate:
+            found["estimate"] = self.estimate
         return found
 
 

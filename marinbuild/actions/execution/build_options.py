@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from marinbuild.actions.execution.hermetic import StepSettings
 from marinbuild.store import Outputs
+from marinbuild.targets.compute import Utilisation
 from marinbuild.targets.rule import Resources, Target
 
 
@@ -43,6 +44,10 @@ class BuildOptions:
     # Look keys missing from the store up in its mirrors, and copy what they hold within
     # this budget; None: mirrors are not asked (commands that only read the store).
     egress: Egress | None = None
+    # The utilisation an estimate of a training's accelerator-hours assumes (targets/compute.py),
+    # recorded with each attempt; and the most accelerator-hours the stale steps may add up to.
+    utilisation: Utilisation = None
+    max_accelerator_hours: float | None = None
 
 
 def machine_capacity() -> Resources:

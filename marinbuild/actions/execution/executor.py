@@ -14,10 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from marinbuild.actions.bookkeeping.machines import Machine
 from marinbuild.actions.execution.attempt import WorkerLost
 from marinbuild.store import ActionCache, Outputs
 from marinbuild.store.entries import Uploaded
@@ -27,20 +28,33 @@ from marinbuild.targets.rule import Execution, Resources, Target
 
 # What a step reads: a workspace source file, or a dependency's published outputs.
 Dependencies = Mapping[str, "Path | Outputs"]
+# Told where an attempt runs, once an executor that runs it elsewhere knows (machines.py).
+Placed = Callable[[Sequence[Machine]], None]
 
 
 class Executor(abc.ABC):
     # True: steps run on this machine, with inputs and scratch the scheduler prepares here;
     # False: the executor's hosts fetch inputs and keep scratch themselves.
     runs_here: bool = True
+    name = "local"  # as attempt records name it (`executor`)
 
     @abc.abstractmethod
-    def run(self, target: Target, context: Context, dependencies: Dependencies) -> Uploaded | None:
+    def run(
+        self, target: Target, context: Context, dependencies: Dependencies, placed: Placed | None = None
+    ) -> Uploaded | None:
         """Run one attempt. Returns outputs already uploaded under the key by a remote
         worker, or None when they are in `context.out`. Raises StepFailed when the step
-        failed, WorkerLost when its worker died."""
+        failed, WorkerLost when its worker died. An executor that runs it elsewhere tells
+        `placed` the machines it runs on before it runs (so that a failure names them)."""
 
-    def run_unit(self, target: Target, impl: str, context: Context, inputs: Mapping[str, UnitInput]) -> Uploaded | None:
+    def run_unit(
+        self,
+        target: Target,
+        impl: str,
+        context: Context,
+        inputs: Mapping[str, UnitInput],
+        placed: Placed | None = None,
+    ) -> Uploaded | None:
         """Run one unit (`impl` over `inputs`) of the sharded step `target` (actions/execution/shards.py):
         here, in a worker process. Returns outputs already uploaded under the unit's key, or
         None when they are in `context.out`; raises as `run` does."""
@@ -103,7 +117,9 @@ def _pinned_files(label: str, dependency: Outputs, reads_urls: bool) -> InputFil
 
 
 class LocalExecutor(Executor):
-    def run(self, target: Target, context: Context, dependencies: Dependencies) -> Uploaded | None:
+    def run(
+        self, target: Target, context: Context, dependencies: Dependencies, placed: Placed | None = None
+    ) -> Uploaded | None:
         if target.rule.execution is Execution.SUBPROCESS:
             run_in_subprocess(target.rule.impl_path, context)
         else:

@@ -14,12 +14,13 @@ import shutil
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from marinbuild.actions.bookkeeping.build_provenance import Provenance
+from marinbuild.actions.bookkeeping.machines import Machine, this_machine
 from marinbuild.actions.bookkeeping.results import Reporter
 from marinbuild.actions.execution.attempt import RunOutcome, StepRun, utc_now
 from marinbuild.actions.execution.build_options import BuildOptions, Hooks
@@ -32,6 +33,7 @@ from marinbuild.actions.execution.shards import ShardRunner, ShardStep, stored_f
 from marinbuild.errors import OutputDamaged, StoreUnavailable
 from marinbuild.store import ActionCache, Attempt, AttemptStatus, Lease, Outputs, reporting_transfers
 from marinbuild.store.live_sync import syncing
+from marinbuild.targets.compute import estimate
 from marinbuild.targets.context import WARNINGS, StepFailed
 from marinbuild.targets.rule import RetryPolicy, Rule, Target
 
@@ -82,6 +84,7 @@ class AttemptRunner:
         self._interrupted = False  # set on Ctrl-C: running steps are stopped and record `cancelled`
         self._runs: set[StepRun] = set()  # the steps running now
         self._runs_lock = threading.Lock()
+        self._here = this_machine().to_json()
 
     def execute(self, planned: Planned) -> Outcome:
         label = str(planned.target.label)
@@ -134,7 +137,18 @@ class AttemptRunner:
             **({"sandbox": True} if self.options.steps.sandbox else {}),
             **self.provenance.invocation,
             "packages": self.provenance.packages(rule.packages),
+            **self._estimate(planned),
+            # Where it runs (machines.py): this machine (a sharded step's driver too, until
+            # its units ran elsewhere), or where the executor places it.
+            "executor": self.executor.name,
+            **({"ran_on": [self._here]} if self.executor.runs_here or rule.sharded else {}),
         }
+
+    def _estimate(self, planned: Planned) -> dict[str, Any]:
+        """What the build assumed the step would cost (targets/compute.py), recorded so that
+        `show` and the report set it beside the time it took."""
+        estimated = estimate(planned.target, self.graph.targets.get, self.options.utilisation)
+        return {} if estimated is None else {"estimate": estimated.to_json()}
 
     def _input_records(self, target: Target) -> dict[str, dict[str, str]]:
         records: dict[str, dict[str, str]] = {}
@@ -260,12 +274,21 @@ class AttemptRunner:
             with syncing(self.cache.store, planned.key, attempt.attempt_id, attempt.staging.log, mirror):
                 if sharded:
                     return run.run(target.rule.impl)
-                return run.run(lambda context: self.executor.run(target, context, dependencies))
+                placed = functools.partial(self._placed, attempt)
+                return run.run(lambda context: self.executor.run(target, context, dependencies, placed))
         finally:
             with self._runs_lock:
                 self._runs.discard(run)
             if shards is not None:
                 shards.discard_aside()
+                if shards.ran_on:  # the nodes its units ran on, each once with its count
+                    attempt.record["ran_on"] = [machine.to_json() for machine in shards.ran_on]
+
+    def _placed(self, attempt: Attempt, machines: Sequence[Machine]) -> None:
+        """The executor placed the attempt: its record says where at once, so that a slow
+        run's host can be found while it runs, and a failed one's once it ended."""
+        attempt.record["ran_on"] = [machine.to_json() for machine in machines]
+        self.cache.records.write_attempt(attempt.record)
 
     def run_aside(self, planned: Planned) -> tuple[Attempt, RunOutcome]:
         """Run a planned step once more, aside, under its lease: recorded as an attempt,

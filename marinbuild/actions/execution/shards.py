@@ -20,18 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import os
 import shutil
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from marinbuild.actions.analysis import keys
+from marinbuild.actions.bookkeeping.machines import Machine, tally
 from marinbuild.actions.execution.attempt import RunOutcome, StepRun, WorkerLost, utc_now
 from marinbuild.actions.execution.executor import Dependencies, Executor, UnitInput, run_in_subprocess
 from marinbuild.errors import OutputDamaged
@@ -44,8 +46,10 @@ from marinbuild.targets.shards import ShardResult, ShardUnit
 
 _POLL_S = 0.2  # how often the runner looks whether the step was stopped
 _LOG_TAIL_LINES = 20  # of a failed unit's log, copied into the step's log
-# What a unit's attempt record takes from its step's: who ran it, with what, where.
-_NOT_INHERITED = ("key", "label", "attempt", "status", "attrs", "inputs", "attempt_number", "started")
+_LOOKUP_CHUNK = 256  # units whose entries are looked up together, as the runner reaches them
+# What a unit's attempt record takes from its step's: who ran it, with what, where. (Not
+# the machine the step's driver runs on, where the executor runs units elsewhere.)
+_NOT_INHERITED = ("key", "label", "attempt", "status", "attrs", "inputs", "attempt_number", "started", "ran_on")
 
 
 @dataclass(frozen=True)
@@ -128,12 +132,14 @@ class ShardRunner:
         self.cache = cache
         self.executor = executor
         self.step = step
-        self._stored = stored
+        self._stored = dict(stored)  # every file a unit may read by its manifest entry: the step's
+        # inputs, then each published unit's outputs, so a reduce reading a map's results hashes nothing
         self._stop_reason = stop_reason
         self._runs: set[StepRun] = set()
         self._lock = threading.Lock()
         self._stopped: AttemptStatus | None = None
         self._aside: list[Path] = []  # staging directories of units run aside, removed by `discard_aside`
+        self._machines: Counter[Machine] = Counter()  # the units run elsewhere (Ray tasks), by node
 
     def map(self, context: Context, impl: str, units: Sequence[ShardUnit]) -> list[ShardResult]:
         """`ctx.map_shards` (context.py): the results of `units`, in their order."""
@@ -142,16 +148,33 @@ class ShardRunner:
         twice = [name for name, count in Counter(unit.name for unit in units).items() if count > 1]
         if twice:
             raise StepFailed(f"map_shards: two units are named {twice[0]!r}")
-        planned = [self._plan(impl, unit) for unit in units]
-        distinct = list({unit.key: unit for unit in planned}.values())  # units of one content run once
-        found: list[Outputs | None] = [None] * len(distinct)
         if not self.step.aside:
-            found = [lookup.outputs for lookup in self.cache.lookup_many([unit.key for unit in distinct])]
-        progress = _Progress(context, len(distinct))
-        results, failed = self._run_all(impl, distinct, found, progress)
+            self.cache.list_entries(len(units))  # on a bucket: a listing, not a request per unit
+        planned: list[_Unit] = []  # every unit with its key, in order, as the runner reaches it
+        progress = _Progress(context, len(units))
+        results, failed = self._run_all(impl, self._distinct(impl, units, planned, progress), progress)
+        done = sum(unit.key in results for unit in planned)
         if failed is not None:
-            raise self._failure(context, failed, len(results), len(distinct))
+            raise self._failure(context, failed, done, len(units))
+        if self._stopped is not None:
+            raise StepFailed(f"the step was stopped with {len(units) - done} of its {len(units)} units not run")
         return [dataclasses.replace(results[unit.key], name=unit.unit.name) for unit in planned]
+
+    def _distinct(
+        self, impl: str, units: Sequence[ShardUnit], planned: list[_Unit], progress: _Progress
+    ) -> Iterator[_Unit]:
+        """Each unit with its key (added to `planned`), computed when the runner reaches it,
+        not all before the first runs; a unit whose key came before is done with that one
+        (units of one content run once)."""
+        seen: set[str] = set()
+        for unit in units:
+            one = self._plan(impl, unit)
+            planned.append(one)
+            if one.key in seen:
+                progress.finished()
+            else:
+                seen.add(one.key)
+                yield one
 
     def discard_aside(self) -> None:
         """Remove what units run aside left (their outputs, compared through the step's)."""
@@ -243,8 +266,10 @@ class ShardRunner:
         """What a unit's attempt record holds: its step's who and with what, and its own
         shard, function, parameters and input digests."""
         inherited = {name: value for name, value in self.step.attempt.items() if name not in _NOT_INHERITED}
+        here = self.executor.runs_here and "ran_on" in self.step.attempt
         return {
             **inherited,
+            **({"ran_on": self.step.attempt["ran_on"]} if here else {}),
             "attempt_number": 1,
             "started": utc_now(),
             "shard_of": {"label": self._step_label, "key": self.step.key, "attempt": self.step.attempt.get("attempt")},
@@ -279,10 +304,25 @@ class ShardRunner:
         try:
             if self.step.aside:
                 return run.run(lambda context: run_in_subprocess(impl, context))
-            return run.run(lambda context: self.executor.run_unit(self.step.target, impl, context, unit.inputs))
+            placed = functools.partial(self._placed, attempt)
+            return run.run(lambda context: self.executor.run_unit(self.step.target, impl, context, unit.inputs, placed))
         finally:
             with self._lock:
                 self._runs.discard(run)
+
+    def _placed(self, attempt: Attempt, machines: Sequence[Machine]) -> None:
+        """A unit ran elsewhere (a Ray task): its record names the node, and the step's
+        counts it (`ran_on`)."""
+        attempt.record["ran_on"] = [machine.to_json() for machine in machines]
+        with self._lock:
+            self._machines.update(machines)
+
+    @property
+    def ran_on(self) -> list[Machine]:
+        """The nodes this step's units ran on elsewhere, each once with how many (machines.py);
+        empty where they ran here, on the step's own machine."""
+        with self._lock:
+            return tally(self._machines)
 
     def _result(self, unit: _Unit, outputs: Outputs, ran: bool) -> ShardResult | None:
         """The unit's outputs as local files; None if they turn out damaged (the entry is
@@ -291,23 +331,36 @@ class ShardRunner:
             root = self.cache.local_dir(outputs)
         except OutputDamaged:
             return None
+        if not self.step.aside:
+            with self._lock:
+                for item in outputs.manifest.files:
+                    self._stored[os.path.abspath(root / item.path)] = UnitInput(root / item.path, item, unit.key)
         return ShardResult(unit.unit.name, unit.key, root, tuple(item.path for item in outputs.manifest.files), ran)
 
     # -- all units -----------------------------------------------------------------------
 
     def _run_all(
-        self, impl: str, units: list[_Unit], found: list[Outputs | None], progress: _Progress
+        self, impl: str, units: Iterator[_Unit], progress: _Progress
     ) -> tuple[dict[str, ShardResult], _Failed | None]:
-        """Run `units` (whose entries are `found`, where they are), `slots` at once; after
-        the first failure no new one starts. Returns the results by key, and the failure."""
+        """Run `units`, `slots` at once; after the first failure no new one starts. Returns
+        the results by key, and the failure.
+
+        They are taken, and their entries looked up, `_LOOKUP_CHUNK` at a time as they are
+        reached, not all before the first starts: the first unit of 100,000 then starts
+        after one chunk's keys and look-ups (on a bucket, 100,000 round trips take
+        minutes), and each later chunk is looked up while the units before it run."""
         results: dict[str, ShardResult] = {}
         failed: _Failed | None = None
-        pending = deque(zip(units, found))
+        pending: deque[tuple[_Unit, Outputs | None]] = deque()
         running: dict[Future[ShardResult | _Failed], _Unit] = {}
         with ThreadPoolExecutor(max_workers=self.step.slots, thread_name_prefix="shard") as pool:
             try:
-                while pending or running:
-                    while pending and failed is None and self._stopped is None and len(running) < self.step.slots:
+                while True:
+                    while failed is None and self._stopped is None and len(running) < self.step.slots:
+                        if not pending:
+                            pending.extend(self._look_up(list(itertools.islice(units, _LOOKUP_CHUNK))))
+                            if not pending:
+                                break
                         unit, outputs = pending.popleft()
                         running[pool.submit(self._run_one, impl, unit, outputs, progress)] = unit
                     if not running:
@@ -327,9 +380,15 @@ class ShardRunner:
             except BaseException:
                 self._stop_all(AttemptStatus.CANCELLED)
                 raise
-        if failed is None and self._stopped is not None:
-            raise StepFailed(f"the step was stopped with {len(pending)} of its {len(units)} units not run")
         return results, failed
+
+    def _look_up(self, units: list[_Unit]) -> list[tuple[_Unit, Outputs | None]]:
+        """`units`, each with its published outputs where the store has them (none aside:
+        every unit runs again)."""
+        if self.step.aside or not units:
+            return [(unit, None) for unit in units]
+        looked_up = self.cache.lookup_many([unit.key for unit in units])
+        return [(unit, lookup.outputs) for unit, lookup in zip(units, looked_up, strict=True)]
 
     def _failure(self, context: Context, failed: _Failed, done: int, total: int) -> Exception:
         """The step's error for a failed unit, its log's tail copied into the step's log."""

@@ -143,3 +143,14 @@ def test_a_certified_noop_reads_its_certificate_and_writes_its_records(cached):
     assert json.loads((cached / record).read_text())["noop_certificate"] is True
     assert renamed == [record, record, record.removesuffix(".json") + ".events.jsonl"]
     assert traced.processes == []
+
+
+def test_the_first_noop_after_a_build_reads_no_entry_the_build_wrote(make_workspace):
+    """A build remembers each entry it writes as read (`ActionCache._commit`): the no-op
+    right after it, which no certificate answers, reads none of them back (at 100,000
+    targets, 100,000 reads, parses and recipe hashes: docs/benchmarks.md)."""
+    ws = make_workspace(FILES, config=CONFIG)
+    run_untraced(ws, "build", "//...", env=FULL)
+    read = in_workspace(ws, noop(ws).paths("read"))
+    assert ".marinbuild/entries.pickle" in read
+    assert [path for path in read if path.startswith("cache/ac/")] == []

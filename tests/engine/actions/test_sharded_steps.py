@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -189,6 +190,18 @@ def _output(data: dict, label: str) -> Path:
 def _build(ws: Path, *args: str, store: str | None = None, expect_rc: int | None = 0) -> dict:
     data = build_json(ws, *args, store=store, expect_rc=expect_rc)
     return {**data, "ws": ws, "store": store}
+
+
+def _show(data: dict, target: str) -> dict:
+    rc, out, err = run_cli(data["ws"], "show", "--json", target, store=data["store"])
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def _ran_on(data: dict, target: str) -> tuple[str, list[dict]]:
+    """The executor and machines the entry of `target` (a label or a key) records."""
+    provenance = _show(data, target)["provenance"]
+    return provenance["executor"], provenance["ran_on"]
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -445,6 +458,14 @@ def test_sharded_steps_on_a_ray_cluster(make_workspace, ray_cluster, request, re
     assert keys(first) == keys(expected), first["stderr"]
     for label in ("//p:tagged", "//p:again"):
         assert _tree(_output(first, label)) == _tree(_output(expected, label))
+    # Where the units ran: the step's entry names each node once, with how many of its units
+    # ran there (not a line a unit); each unit's entry names its own node. Here, this machine.
+    assert _ran_on(expected, "//p:tagged") == ("local", [{"host": socket.gethostname()}])
+    assert _ran_on(expected, _show(expected, "//p:tagged")["shards"][0]) == ("local", [{"host": socket.gethostname()}])
+    executor, (node,) = _ran_on(first, "//p:tagged")
+    assert (executor, node["units"], node["accelerators"], node["host"]) == ("ray", 3, {}, socket.gethostname())
+    unit = _show(first, "//p:tagged")["shards"][0]
+    assert _ran_on(first, unit) == ("ray", [{name: value for name, value in node.items() if name != "units"}])
     lines = (on_ray / "units.log").read_text().splitlines()
     assert len(lines) == 6 and all(line.split("\t")[1].startswith("ray::") for line in lines), lines
     _units_run(on_ray)
@@ -460,6 +481,10 @@ def test_a_failing_unit_on_a_ray_cluster_names_its_shard(make_workspace, ray_clu
     failed = _build(ws, *ray, "//p:tagged", expect_rc=1)
     reason = failed["by_label"]["//p:tagged"]["reason"]
     assert reason.startswith("shard data/c.jsonl: RuntimeError: a document that breaks the unit"), reason
+    # The failed step's record names the node its units ran on, the failed one's among them.
+    (record,) = attempt_records(ws / "cache", failed["by_label"]["//p:tagged"]["key"])
+    (node,) = record["ran_on"]
+    assert (record["executor"], len(node["node_id"]), node["units"] >= 1) == ("ray", 56, True), record
     _units_run(ws)
     (ws / "p" / "data" / "c.jsonl").write_text(_documents("delta"))
     assert statuses(_build(ws, *ray, "//p:tagged")) == {"//p:tagged": "built"}

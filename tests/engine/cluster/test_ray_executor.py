@@ -91,6 +91,8 @@ def test_a_killed_worker_is_retried_and_both_attempts_are_recorded(make_workspac
         (2, "succeeded", None),
     ]
     assert "died" in records[0]["error"]
+    # The lost attempt names the node it was lost on, as the one that succeeded does.
+    assert [len(record["ran_on"][0]["node_id"]) for record in records] == [56, 56]
     assert "trying again" in err
 
 
@@ -167,6 +169,9 @@ def test_a_multi_host_step_runs_one_jax_process_per_host(make_workspace, ray_clu
     assert result == {"processes": 2, "devices": 2, "sum": 3.0}
     log = next((ws / "cache" / "attempts").glob("*/*/*.log")).read_text()
     assert "[host 1] " in log and "process 1 of 2 sees [[1.0], [2.0]]" in log
+    # Its record names every host it ran on, in rank order (here one node's two actors).
+    (record,) = attempt_records(ws / "cache", data["by_label"]["//pkg:sum"]["key"])
+    assert [len(machine["node_id"]) for machine in record["ran_on"]] == [56, 56]
 
 
 def test_a_ray_host_publishes_a_kept_state_while_its_step_runs(make_workspace, ray_cluster, tmp_path) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import textwrap
 import time
 
@@ -16,6 +17,7 @@ from conftest import CLI_TIMEOUT_S, attempt_records, build_json, run_cli, start_
 from marinbuild import provenance
 from marinbuild.commands.inspect import attempts, history
 from marinbuild.commands.query import query
+from marinbuild.report.blocks import step_file
 from marinbuild.session import Session
 from marinbuild.store import AttemptStatus
 
@@ -247,3 +249,30 @@ def test_measurements_go_to_the_attempt_record_not_the_output(make_workspace):
     assert statuses(second) == {"//pkg:timed": "built"} and second["by_label"]["//pkg:timed"]["key"] == key
     shown = json.loads(run_cli(ws, "show", "--json", "//pkg:timed")[1])
     assert shown["tree_digest"] == digest and shown["measured"]["finished_at"] > record["measured"]["finished_at"]
+
+
+def test_an_attempt_names_where_it_ran_and_an_older_record_reads_as_before(make_workspace, tmp_path):
+    ws = make_workspace({"pkg/BUILD.marin": textwrap.dedent(BUILD)})
+    data = build_json(ws, "-k", "//pkg:all", expect_rc=1)
+    host = socket.gethostname()
+    for label in ("//pkg:bad", "//pkg:good"):
+        (record,) = attempt_records(ws / "cache", data["by_label"][label]["key"])
+        assert (record["executor"], record["ran_on"], record["host"]) == ("local", [{"host": host}], host)
+    rc, out, err = run_cli(ws, "show", "//pkg:good")
+    assert rc == 0 and f"    executor: local\n    ran on: {host}\n" in out, out + err
+    rc, out, err = run_cli(ws, "history")
+    assert rc == 0 and out.count(f"on local: {host}") == 2, out + err
+
+    # A record written before attempts named where they ran reads as it did: by its builder's host.
+    key = data["by_label"]["//pkg:bad"]["key"]
+    (path,) = (ws / "cache" / "attempts" / key[:2] / key).glob("*.json")
+    old = {name: value for name, value in json.loads(path.read_text()).items() if name not in ("executor", "ran_on")}
+    path.write_text(json.dumps(old))
+    rc, out, err = run_cli(ws, "history")
+    assert rc == 0 and out.count(f"on local: {host}") == 1 and "failed   //pkg:bad" in out, out + err
+    rc, out, err = run_cli(ws, "report", "//pkg:all", "-o", str(tmp_path / "report"))
+    assert rc == 0, err
+    page = (tmp_path / "report" / "steps" / step_file("//pkg:bad")).read_text()
+    assert "<th>ran on</th>" not in page and f"<th>host</th><td>{host}</td>" in page
+    page = (tmp_path / "report" / "steps" / step_file("//pkg:good")).read_text()
+    assert f"<th>ran on</th><td>local: {host}</td>" in page

@@ -6,9 +6,12 @@ and only the units whose inputs changed run again."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 
-from conftest import build_json, run_cli, statuses
+from conftest import CLI_TIMEOUT_S, build_json, cli_command, cli_env, run_cli, statuses
 
 WORDS = (
     "the quick brown fox jumps over the lazy dog while the farmer walks slowly along the old stone road "
@@ -148,3 +151,111 @@ def test_bad_dedup_parameters_are_errors_at_their_build_line(make_workspace):
     (ws / "p" / "BUILD.marin").write_text('dedup(name = "d", data = [":x"], exact = False, fuzzy = False)\n')
     rc, out, err = run_cli(ws, "build", "//p:d")
     assert rc == 2 and "p/BUILD.marin:1" in err and "all off" in err, err
+
+
+# -- the reduce in units (reduce_documents) -------------------------------------------------
+
+
+def _corpus(seed: int) -> dict[str, str]:
+    """60 documents of 60 random words in 2 inputs of 2 shards each: a fifth copied exactly
+    (with other whitespace), a fifth with one word changed, from anywhere in the corpus."""
+    import random
+
+    rng = random.Random(seed)
+    vocabulary = [f"w{number}" for number in range(3000)]
+    texts = [" ".join(rng.choices(vocabulary, k=60)) for _ in range(36)]
+    for _ in range(12):
+        texts.append("  " + rng.choice(texts).replace(" ", "\n", 2))
+    for _ in range(12):
+        words = rng.choice(texts).split()
+        words[rng.randrange(len(words))] = "changed"
+        texts.append(" ".join(words))
+    rng.shuffle(texts)
+    files = {}
+    for index, name in enumerate(["corpus/train/shard-00000", "corpus/train/shard-00001", "more/train/shard-00000"]):
+        files[f"p/{name}.jsonl"] = _shard(*texts[index * 20 : (index + 1) * 20])
+    return {**files, "p/corpus/summary.json": "{}\n", "p/more/summary.json": "{}\n"}
+
+
+def _units_workspace(make_workspace, reduce_documents: int | None) -> Path:
+    setting = f", reduce_documents = {reduce_documents}" if reduce_documents else ""
+    build = (
+        'filegroup(name = "raw", srcs = glob(["corpus/**"]))\n'
+        'filegroup(name = "more", srcs = glob(["more/**"]))\n'
+        f'dedup(name = "deduped", data = [":raw", ":more"]{setting})\n'
+    )
+    return make_workspace({"p/BUILD.marin": build, **_corpus(5)}, 'rules = ["rules.webdata.decls"]\n')
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def test_the_reduce_in_units_writes_the_same_output_as_the_reduce_in_the_driver(make_workspace):
+    """reduce_documents = 8 reduces the 60 documents in waves of units (8 document ranges):
+    the same bytes, under the same key, as the reduce in the driver; a rebuild runs nothing."""
+    whole = _units_workspace(make_workspace, None)
+    parts = _units_workspace(make_workspace, 8)
+    expected = build_json(whole, "//p:deduped")
+    built = build_json(parts, "//p:deduped")
+    assert statuses(built)["//p:deduped"] == "built", built["stderr"]
+    assert built["by_label"]["//p:deduped"]["key"] == expected["by_label"]["//p:deduped"]["key"]
+    output = Path(built["by_label"]["//p:deduped"]["output"])
+    assert _tree(output) == _tree(Path(expected["by_label"]["//p:deduped"]["output"]))
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["removed"]["exact"] >= 12 and summary["removed"]["near"] >= 6, summary
+    reduced = _units_run(parts / "cache", "reduce_unit")
+    assert not _units_run(whole / "cache", "reduce_unit")
+    assert {name.split()[2] for name in reduced if name.startswith("round")} >= {
+        "bucket",
+        "pairs",
+        "attach",
+        "verify",
+        "large_star",
+        "small_star",
+    }
+    assert len([name for name in reduced if name.startswith("decide")]) == 3  # one per shard
+    rebuilt = build_json(parts, "//p:deduped")
+    assert set(statuses(rebuilt).values()) == {"cached"}
+    assert _units_run(parts / "cache", "reduce_unit") == reduced
+
+
+def test_the_reduce_in_units_on_a_ray_cluster_writes_the_same_output(make_workspace, ray_cluster):
+    whole = _units_workspace(make_workspace, None)
+    parts = _units_workspace(make_workspace, 8)
+    expected = build_json(whole, "//p:deduped")
+    built = build_json(parts, "--executor", "ray", "--ray-address", ray_cluster, "//p:deduped")
+    assert statuses(built)["//p:deduped"] == "built", built["stderr"]
+    output = Path(built["by_label"]["//p:deduped"]["output"])
+    assert _tree(output) == _tree(Path(expected["by_label"]["//p:deduped"]["output"]))
+    records = _records(parts / "cache", "reduce_unit")
+    assert records and {record["executor"] for record in records} == {"ray"}
+
+
+def _records(store: Path, phase: str) -> list[dict]:
+    records = [json.loads(path.read_text()) for path in (store / "attempts").rglob("*.json")]
+    return [r for r in records if r.get("impl") == f"rules.webdata.dedup:{phase}"]
+
+
+def test_a_build_killed_in_the_reduce_resumes_with_the_units_it_finished(make_workspace):
+    ws = _units_workspace(make_workspace, 8)
+    store = ws / "cache"
+    builder = subprocess.Popen(
+        cli_command(ws, "build", "//p:deduped"), cwd=ws, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + CLI_TIMEOUT_S
+    try:
+        while len([r for r in _records(store, "reduce_unit") if r.get("status") == "succeeded"]) < 12:
+            assert builder.poll() is None and time.monotonic() < deadline, builder.communicate()
+            time.sleep(0.02)
+    finally:
+        builder.send_signal(signal.SIGKILL)
+        builder.communicate()
+    finished = {r["shard"] for r in _records(store, "reduce_unit") if r.get("status") == "succeeded"}
+    before = {r["attempt"] for r in _records(store, "reduce_unit")}
+    resumed = build_json(ws, "//p:deduped")
+    assert statuses(resumed)["//p:deduped"] == "built", resumed["stderr"]
+    again = {r["shard"] for r in _records(store, "reduce_unit") if r["attempt"] not in before}
+    assert again and not again & finished, (sorted(again & finished), len(finished))
+    summary = json.loads((Path(resumed["by_label"]["//p:deduped"]["output"]) / "summary.json").read_text())
+    assert summary["removed"]["exact"] >= 12, summary

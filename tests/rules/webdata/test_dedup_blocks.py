@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tracemalloc
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +27,11 @@ import pytest
 
 from marinbuild.targets.attrs import AttrError
 from marinbuild.targets.context import StepFailed
+from marinbuild.targets.shards import ShardResult, ShardUnit
 from rules.webdata.blocks.dedup.apply import ClusterMember, Deduplication
-from rules.webdata.blocks.dedup.clusters import KEPT, NEAR, VERIFY_BYTES, Clusters, find_clusters
+from rules.webdata.blocks.dedup.clusters import KEPT, NEAR, VERIFY_BYTES, ClusterCounts, Clusters, find_clusters
 from rules.webdata.blocks.dedup.config import DedupConfig, FuzzyDedup, ParagraphDedup
+from rules.webdata.blocks.dedup.partitioned import WAVES, PartitionedReduce
 from rules.webdata.blocks.dedup.signatures import CONTENT, MINHASH, ShardSignatures, map_shard
 from rules.webdata.blocks.documents import Document, Skips, read_documents, write_documents
 from rules.webdata.blocks.extract import read_warc
@@ -362,3 +365,123 @@ def test_making_the_config_imports_no_numpy() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+# -- the reduce in units (partitioned.py) ----------------------------------------------------
+
+
+def _in_units(maps: list[Path], config: DedupConfig, unit_documents: int, work: Path) -> Clusters:
+    """`PartitionedReduce` with each unit run here, one after another, into a directory of
+    its own (the step runs them through `ctx.map_shards`: tests/rules/webdata/test_dedup.py)."""
+    ran: list[str] = []
+
+    def run_wave(wave: str, units: Sequence[ShardUnit]) -> list[ShardResult]:
+        results = []
+        for unit in units:
+            out = work / "units" / f"{len(ran):05d}"
+            out.mkdir(parents=True)
+            WAVES[wave](unit.files, unit.attrs, out)
+            ran.append(unit.name)
+            results.append(ShardResult(unit.name, str(len(ran)), out, tuple(p.name for p in out.iterdir()), True))
+        return results
+
+    return PartitionedReduce(maps, config, unit_documents, run_wave).run(work / "decisions")
+
+
+def _same_decisions(maps: list[Path], config: DedupConfig, unit_documents: int, work: Path) -> ClusterCounts:
+    whole = find_clusters(maps, config, work / "whole")
+    parts = _in_units(maps, config, unit_documents, work / "parts")
+    assert parts.counts == whole.counts
+    for one, other in zip(whole.shards, parts.shards, strict=True):
+        assert np.load(one.clusters).tolist() == np.load(other.clusters).tolist()
+        if config.paragraphs:
+            assert np.load(one.paragraphs).tolist() == np.load(other.paragraphs).tolist()
+    return whole.counts
+
+
+def _copies(directory: Path, documents: int, shards: int, seed: int) -> list[Path]:
+    """Random signatures in shards of uneven sizes, a third of the documents copies of
+    others anywhere in the corpus (earlier or later, in any shard): a ninth exact, the
+    rest with up to half of their bands changed, so some pass the threshold and some not."""
+    fuzzy = FuzzyDedup()
+    rng = np.random.default_rng(seed)
+    minhash = rng.integers(0, 2**32, size=(fuzzy.bands, documents, fuzzy.rows), dtype=np.uint32)
+    content = rng.integers(0, 2**63, size=(documents, 2), dtype=np.uint64)
+    sources, copies = rng.integers(0, documents, size=(2, documents // 3))
+    minhash[:, copies] = minhash[:, sources]
+    content[copies[: len(copies) // 3]] = content[sources[: len(copies) // 3]]
+    for copy in copies[len(copies) // 3 :]:
+        changed = rng.integers(0, fuzzy.bands // 2)
+        minhash[:changed, copy] = rng.integers(0, 2**32, size=(changed, fuzzy.rows), dtype=np.uint32)
+    cuts = np.sort(rng.choice(np.arange(1, documents), size=shards - 1, replace=False))
+    maps = []
+    for index, part in enumerate(np.split(np.arange(documents), cuts)):
+        maps.append(directory / f"{index:05d}")
+        ShardSignatures(content[part], np.ascontiguousarray(minhash[:, part])).save(maps[-1])
+    return maps
+
+
+def _chain(directory: Path, length: int, seed: int) -> list[Path]:
+    """An adversarial chain: each document like the one before it (8 of 25 bands changed:
+    0.68 of the values agree) and unlike those two or more away, in a shuffled order over
+    4 shards: union-find joins the whole chain, and each round keeps what is like its root."""
+    fuzzy = FuzzyDedup()
+    rng = np.random.default_rng(seed)
+    chain = [rng.integers(0, 2**32, size=(fuzzy.bands, fuzzy.rows), dtype=np.uint32)]
+    for _ in range(length - 1):
+        link = chain[-1].copy()
+        link[rng.choice(fuzzy.bands, size=8, replace=False)] = rng.integers(0, 2**32, size=(8, fuzzy.rows))
+        chain.append(link)
+    minhash = np.stack([chain[i] for i in rng.permutation(length)], axis=1)
+    content = rng.integers(0, 2**63, size=(length, 2), dtype=np.uint64)
+    maps = []
+    for index, part in enumerate(np.array_split(np.arange(length), 4)):
+        maps.append(directory / f"{index:05d}")
+        ShardSignatures(content[part], np.ascontiguousarray(minhash[:, part])).save(maps[-1])
+    return maps
+
+
+@pytest.mark.parametrize("unit_documents", [7, 40, 10_000])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_reduce_in_units_decides_as_the_one_process_reduce(tmp_path, seed, unit_documents) -> None:
+    """Copies across shards, exact and near, some near the threshold: the same decisions and
+    counts in units of 7 documents (43 ranges), of 40, and in one unit of each wave."""
+    counts = _same_decisions(_copies(tmp_path / "maps", 300, 5, seed), DedupConfig(), unit_documents, tmp_path)
+    assert counts.exact_duplicates > 0 and counts.near_duplicates > 0 and counts.rounds >= 2
+
+
+@pytest.mark.parametrize("unit_documents", [5, 9])
+def test_the_reduce_in_units_follows_an_adversarial_chain_round_after_round(tmp_path, unit_documents) -> None:
+    counts = _same_decisions(_chain(tmp_path / "maps", 60, 1), DedupConfig(), unit_documents, tmp_path)
+    assert counts.rounds >= 5 and counts.unverified > counts.documents  # many rounds, each of many
+
+
+@pytest.mark.parametrize(
+    "config",
+    [DedupConfig(fuzzy=None), DedupConfig(exact=False), DedupConfig(fuzzy=FuzzyDedup(bands=9, rows=2, threshold=0.5))],
+    ids=["exact only", "fuzzy only", "other bands"],
+)
+def test_the_reduce_in_units_decides_as_the_one_process_reduce_for_each_dedup(tmp_path, config) -> None:
+    fuzzy = config.fuzzy or FuzzyDedup()
+    maps = _synthetic_maps(tmp_path / "maps", 400, 6, fuzzy)
+    _same_decisions(maps, config, 33, tmp_path)
+
+
+def test_the_reduce_in_units_decides_as_the_one_process_reduce_on_the_generated_corpus(corpus, tmp_path) -> None:
+    """The generated web corpus, with paragraph dedup (which runs in the driver after either)."""
+    config = DedupConfig(paragraphs=ParagraphDedup())
+    maps = []
+    for index, shard in enumerate(corpus[0]):
+        maps.append(tmp_path / "maps" / f"{index:05d}")
+        map_shard(read_documents(shard, Skips()), config, maps[-1])
+    counts = _same_decisions(maps, config, 50, tmp_path)
+    assert counts.near_duplicates > 0 and counts.duplicate_paragraphs > 0
+
+
+def test_the_reduce_in_units_of_an_empty_shard_and_of_nothing(tmp_path) -> None:
+    fuzzy = FuzzyDedup()
+    empty = tmp_path / "maps" / "empty"
+    ShardSignatures(np.empty((0, 2), np.uint64), np.empty((fuzzy.bands, 0, fuzzy.rows), np.uint32)).save(empty)
+    maps = [empty, *_copies(tmp_path / "maps", 50, 2, 3), empty]
+    _same_decisions(maps, DedupConfig(), 8, tmp_path / "some")
+    assert _same_decisions([empty], DedupConfig(), 8, tmp_path / "none").documents == 0

@@ -87,12 +87,12 @@ def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return firsts[others], order[others]
 
 
-class _Signatures:
+class Signatures:
     """Every shard's MinHash signatures, read a band at a time, or for a few documents."""
 
     def __init__(self, paths: Sequence[Path], offsets: np.ndarray, fuzzy: FuzzyDedup):
         self.paths = paths
-        self.headers = [_npy_header(path) for path in paths]
+        self.headers = [npy_header(path) for path in paths]
         self.offsets = offsets  # the position of each shard's first document, and the total
         self.shape = (fuzzy.bands, fuzzy.rows)
 
@@ -119,7 +119,7 @@ class _Signatures:
         return found
 
 
-def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+def npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
     """The shape and dtype of the array a .npy file holds, and where its data starts."""
     with open(path, "rb") as file:
         version = np.lib.format.read_magic(file)
@@ -128,7 +128,7 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
         return shape, dtype, file.tell()
 
 
-def _band_keys(band: np.ndarray) -> np.ndarray:
+def band_keys(band: np.ndarray) -> np.ndarray:
     """One 64-bit key per document for the `rows` values of a band."""
     keys = np.zeros(len(band), dtype=U64)
     for column in range(band.shape[1]):
@@ -153,8 +153,7 @@ class ClusterCounts:
     clusters: int = 0  # of two documents or more
     exact_duplicates: int = 0
     near_duplicates: int = 0
-    candidate_pairs: int = 0  # that share a band and were not yet in one cluster
-    below_threshold: int = 0  # of those, whose signatures agree on too few values
+    candidate_pairs: int = 0  # (first of a band key, other) pairs, once for each band they share
     rounds: int = 0  # of clustering: the members not similar to their cluster's first go again
     unverified: int = 0  # members, over every round, not similar to their cluster's first
     paragraphs: int = 0  # of the kept documents
@@ -175,14 +174,14 @@ class Clusters:
 def find_clusters(maps: Sequence[Path], config: DedupConfig, out: Path) -> Clusters:
     """The clusters of every document of the shards whose `map_shard` directories are `maps`,
     in the stable order; writes each shard's decisions into the new directory `out`."""
-    sizes = [_npy_header(directory / CONTENT)[0][0] for directory in maps]
+    sizes = [npy_header(directory / CONTENT)[0][0] for directory in maps]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     total = int(offsets[-1])
     counts = ClusterCounts(documents=total)
     content = np.empty((total, 2), dtype="<u8")
     for index, directory in enumerate(maps):
         content[offsets[index] : offsets[index + 1]] = np.load(directory / CONTENT)
-    signatures = _Signatures([d / MINHASH for d in maps], offsets, config.fuzzy) if config.fuzzy else None
+    signatures = Signatures([d / MINHASH for d in maps], offsets, config.fuzzy) if config.fuzzy else None
     kept_by = np.arange(total, dtype=np.int64)  # each document's cluster's kept document
     active = np.arange(total, dtype=np.int64)  # the documents not yet decided, in the stable order
     while len(active):
@@ -215,14 +214,14 @@ def find_clusters(maps: Sequence[Path], config: DedupConfig, out: Path) -> Clust
         np.save(out / f"{index:05d}.clusters.npy", decision, allow_pickle=False)
         decisions.append(ShardDecisions(out / f"{index:05d}.clusters.npy"))
     if config.paragraphs:
-        decisions = _duplicate_paragraphs(maps, decisions, offsets, status <= KEPT, config.paragraphs, out, counts)
+        decisions = duplicate_paragraphs(maps, decisions, config.paragraphs, out, counts)
     return Clusters(tuple(decisions), counts)
 
 
 def _round(
     active: np.ndarray,
     content: np.ndarray,
-    signatures: _Signatures | None,
+    signatures: Signatures | None,
     config: DedupConfig,
     counts: ClusterCounts,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -248,7 +247,7 @@ def _round(
     return parent, verified
 
 
-def _similar(signatures: _Signatures, a: np.ndarray, b: np.ndarray, fuzzy: FuzzyDedup) -> np.ndarray:
+def _similar(signatures: Signatures, a: np.ndarray, b: np.ndarray, fuzzy: FuzzyDedup) -> np.ndarray:
     """Whether the signatures of each pair (a[i], b[i]) agree on `threshold` of their values,
     read VERIFY_BYTES of signatures at a time."""
     chunk = max(1, VERIFY_BYTES // (2 * 4 * fuzzy.bands * fuzzy.rows))
@@ -261,36 +260,36 @@ def _similar(signatures: _Signatures, a: np.ndarray, b: np.ndarray, fuzzy: Fuzzy
 
 
 def _near_duplicates(
-    parent: np.ndarray, active: np.ndarray, signatures: _Signatures, fuzzy: FuzzyDedup, counts: ClusterCounts
+    parent: np.ndarray, active: np.ndarray, signatures: Signatures, fuzzy: FuzzyDedup, counts: ClusterCounts
 ) -> None:
     """Union every pair of `active` documents that shares a band and whose signatures agree on
     `threshold` of their values, one band at a time: memory is a band's values and keys,
     never the signatures."""
     for band in range(fuzzy.bands):
-        first, other = _runs(_band_keys(signatures.band(band)[active]))
-        apart = _roots(parent, first) != _roots(parent, other)
-        first, other = first[apart], other[apart]
+        first, other = _runs(band_keys(signatures.band(band)[active]))
         counts.candidate_pairs += len(first)
+        apart = _roots(parent, first) != _roots(parent, other)  # pairs already joined need no check
+        first, other = first[apart], other[apart]
         similar = _similar(signatures, active[first], active[other], fuzzy)
-        counts.below_threshold += int(np.count_nonzero(~similar))
         _union(parent, first[similar], other[similar])
 
 
-def _duplicate_paragraphs(
+def duplicate_paragraphs(
     maps: Sequence[Path],
     decisions: list[ShardDecisions],
-    offsets: np.ndarray,
-    kept: np.ndarray,
     paragraph_dedup: ParagraphDedup,
     out: Path,
     counts: ClusterCounts,
 ) -> list[ShardDecisions]:
-    """Mark each paragraph of a kept document seen before, by the stable order, through a
-    Bloom filter: a shard at a time, its repeats found by a sort, its first occurrences
-    looked up in the filter and then added to it."""
+    """Mark each paragraph of a kept document (by each shard's decisions) seen before, by
+    the stable order, through a Bloom filter: a shard at a time, its repeats found by a
+    sort, its first occurrences looked up in the filter and then added to it."""
     from rbloom import Bloom
 
-    per_shard = [(np.load(d / PARAGRAPH_COUNTS), kept[offsets[i] : offsets[i + 1]]) for i, d in enumerate(maps)]
+    per_shard = [
+        (np.load(d / PARAGRAPH_COUNTS), np.load(decision.clusters)["status"] <= KEPT)
+        for d, decision in zip(maps, decisions)
+    ]
     counts.paragraphs = sum(int(per_document[kept_here].sum()) for per_document, kept_here in per_shard)
     seen = Bloom(max(counts.paragraphs, 1), paragraph_dedup.false_positive_rate)
     marked = []
