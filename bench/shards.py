@@ -3,11 +3,12 @@
 A workspace of two targets: `//p:shards`, one step writing `--shards` tiny JSONL files
 (one document each), and `//p:counted`, a sharded step (docs/rules.md#sharded-steps) with
 a unit per file, each writing a small `counts.json` that the driver sums into its
-summary. The units are made once, untimed: in this process, each unit's function called
-in a thread of the builder instead of a worker process of its own, and what it writes
-not fsynced (the engine's lookup, lease, attempt record and publish per unit as in any
-build; 100,000 worker processes would take an hour on two cores, and neither their start
-nor the disk's flushes are what is measured here). Then:
+summary. The units are made once, untimed, by a build in a process of its own (so that
+this one stays small: a child's peak memory starts at its parent's size), each unit's
+function called in a thread of the builder instead of a worker process of its own, and
+what it writes not fsynced (the engine's lookup, lease, attempt record and publish per
+unit as in any build; 100,000 worker processes would take an hour on two cores, and
+neither their start nor the disk's flushes are what is measured here). Then:
 
 1. **plan**: the step runs again with every unit found (an attribute of the step no
    unit reads changed, as after a build killed half-way or a change to the driver): the
@@ -193,6 +194,19 @@ def make_units(workspace: Path, store: str | None = None) -> float:
     return time.perf_counter() - started
 
 
+def make_units_apart(workspace: Path) -> float:
+    """`make_units` in a process of its own: this one stays small, so the peak memory of
+    each command it starts is that command's own (a child's `ru_maxrss` starts at its
+    parent's resident size when it was started)."""
+    code = "import shards, sys; from pathlib import Path; print(shards.make_units(Path(sys.argv[1])))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(workspace)], cwd=Path(__file__).parent, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise benchlib.BenchError(f"the setup failed:\n{done.stderr[-benchlib.ERROR_TAIL_CHARS :]}")
+    return float(done.stdout.splitlines()[-1])
+
+
 def cli(workspace: Path, *args: str) -> list[str]:
     """`marinbuild build` by this interpreter (`-m`: the checkout on PYTHONPATH where one is given)."""
     return [sys.executable, "-m", "marinbuild", "--workspace", str(workspace), "build", "--json", "--jobs", "2", *args]
@@ -267,7 +281,7 @@ def local_figures(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     for name, shards in sizes.items():
         workspace = write_workspace(root / name, shards)
         benchlib.log(f"{shards} shards: making the units (in threads of this process)")
-        setup_s = make_units(workspace)
+        setup_s = make_units_apart(workspace)
         benchlib.log(f"{shards} shards: the plan (every unit found)")
         planned = plan(workspace, shards, note="again")
         figures[name] = {

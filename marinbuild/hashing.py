@@ -14,6 +14,7 @@ import json
 import os
 import time
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import blake3
@@ -74,9 +75,36 @@ def settled(stat: os.stat_result, seen_ns: int) -> bool:
     return stat.st_mtime_ns < seen_ns - RACY_NS
 
 
+def clock_mark(path: Path) -> None:
+    """Create `path` anew, its mtime the file system's own clock now: taken before files
+    are hashed (`settled_below`), so that a file modified earlier than the mark is known to
+    have been modified before its hash began, whatever the file system's granularity."""
+    path.unlink(missing_ok=True)
+    path.touch(exist_ok=False)
+
+
+def settled_below(mark: Path) -> int | None:
+    """The mtime of a `clock_mark` (None if there is none): a file whose mtime is strictly
+    older was last modified before the mark was made, so any write after it, on the same
+    file system, gives the file a later mtime. Its digest taken after the mark is then
+    trusted at once, not only after the racy window (`RACY_NS`)."""
+    try:
+        stat = os.lstat(mark)
+    except FileNotFoundError:
+        return None
+    return stat.st_mtime_ns if S_ISREG(stat.st_mode) else None
+
+
+def _trusted(stat: os.stat_result, cached: tuple) -> bool:
+    """Whether a digest recorded as `cached` (signature, digest, when, [mark]) is trusted for
+    a file of this unchanged signature: settled at the record, or modified before its mark."""
+    return settled(stat, cached[2]) or (len(cached) > 3 and stat.st_mtime_ns < cached[3])
+
+
 class StatCache:
     """Path -> digest, trusted while the file's stat signature (size, mtime, ctime, inode)
-    is unchanged and was not recorded within the filesystem's timestamp granularity."""
+    is unchanged and was not recorded within the filesystem's timestamp granularity (or
+    the file was modified before a `clock_mark` made before it was hashed)."""
 
     def __init__(self, memo: Memo):
         self._memo = memo
@@ -86,16 +114,23 @@ class StatCache:
         key = str(path)
         stat = os.stat(key)
         cached = self._memo.get(key)
-        if cached is not None and cached[0] == file_signature(stat) and settled(stat, cached[2]):
+        if cached is not None and cached[0] == file_signature(stat) and _trusted(stat, cached):
             return cached[1], stat.st_size
         digest = digest_file(path)
         self.record(path, digest, stat)
         return digest, stat.st_size
 
-    def record(self, path: str | Path, digest: str, stat: os.stat_result | None = None) -> None:
-        """Remember a digest computed elsewhere (e.g. while publishing outputs)."""
+    def record(
+        self, path: str | Path, digest: str, stat: os.stat_result | None = None, mark_ns: int | None = None
+    ) -> None:
+        """Remember a digest computed elsewhere (e.g. while publishing outputs); `mark_ns`:
+        the `settled_below` of a clock mark made before it was computed, if any."""
         stat = stat or os.stat(path)
-        self._memo.put(str(path), (file_signature(stat), digest, time.time_ns()))
+        signature = file_signature(stat)
+        if mark_ns is not None and stat.st_mtime_ns < mark_ns:
+            self._memo.put(str(path), (signature, digest, time.time_ns(), mark_ns))
+        else:
+            self._memo.put(str(path), (signature, digest, time.time_ns()))
 
     def listing_unchanged(self, root: str) -> bool:
         """Whether the directories of the tree at `root` hold the entries they held when

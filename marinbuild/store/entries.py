@@ -155,6 +155,10 @@ class Staging:
     def log(self) -> Path:
         return self.root / layout.STAGING_LOG
 
+    @property
+    def mark(self) -> Path:
+        return self.root / layout.STAGING_MARK
+
     @classmethod
     def create(cls, root: Path) -> Staging:
         staging = cls(root)

@@ -103,6 +103,9 @@ def staging(attempt_id: str) -> str:
 
 
 STAGING_LOG = "log.txt"  # a running attempt's log, inside its staging directory
+# Made beside `out` just before its files are hashed (hashing.clock_mark): the file system's
+# time then, which tells which outputs' digests need no racy-window wait.
+STAGING_MARK = "hashing.mark"
 
 
 def staging_log(attempt_id: str) -> str:

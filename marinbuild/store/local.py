@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from marinbuild.errors import StoreError, StoreReadOnly
-from marinbuild.hashing import StatCache
+from marinbuild.hashing import StatCache, settled_below
 from marinbuild.memo import Memo
 from marinbuild.store.base import Lease, ObjectStat, Store, WaitingFn
+from marinbuild.store.layout import STAGING_MARK
 from marinbuild.store.manifest import Manifest
 
 
@@ -205,8 +206,9 @@ class LocalStore(Store):
             self.delete(path)
         os.rename(local, target)
         root = f"{target}/"
+        mark_ns = settled_below(local.parent / STAGING_MARK)  # a staging's `out`: see Staging.mark
         for item in manifest.files:
-            self.stat_cache.record(root + item.path, item.digest)
+            self.stat_cache.record(root + item.path, item.digest, mark_ns=mark_ns)
         return {}
 
     def outputs_dir(self, path: str, manifest: Manifest) -> Path:

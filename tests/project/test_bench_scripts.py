@@ -326,10 +326,10 @@ def test_the_shards_benchmark_plans_noops_and_starts_a_sharded_step_locally_and_
 
 
 def test_the_tokenized_shards_benchmark_opens_one_cache_and_a_cache_per_shard_and_trains_over_both(tmp_path) -> None:
-    args = ("--shards", "12", "--docs-per-shard", "3", "--repeat", "1", "--steps", "1")
+    args = ("--shards", "12", "--docs-per-shard", "40", "--repeat", "1", "--steps", "2")  # 48 to evaluate on
     data = _run("tokenized_shards.py", tmp_path, *args, timeout=1500)
     levanter = data["levanter"]
-    assert levanter["rows"] == 12 * 4 and _positive(levanter["per_shard_to_one"]), levanter
+    assert levanter["rows"] == 12 * 40 and _positive(levanter["per_shard_to_one"]), levanter
     assert _positive(levanter["bucket"]["per_shard_to_one"]), levanter["bucket"]
     training = data["training"]
     assert training["many"]["corpus_shards"] == 12 and training["one"]["corpus_shards"] == 1, training
@@ -358,6 +358,8 @@ def test_every_benchmark_command_line_of_the_docs_parses(monkeypatch) -> None:
         "extract",
         "dedup",
         "data",
+        "graph_scale",
+        "sweep",
         "shards",
         "tokenized_shards",
     }, runs

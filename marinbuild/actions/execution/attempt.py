@@ -23,6 +23,7 @@ from typing import Any
 
 from marinbuild.actions.execution.hermetic import compilation_cache, sandbox_command
 from marinbuild.actions.execution.logs import close_logger, step_logger
+from marinbuild.hashing import clock_mark
 from marinbuild.store import AttemptStatus
 from marinbuild.store.entries import Staging, Uploaded
 from marinbuild.store.manifest import Manifest, OutputError, hash_tree
@@ -192,6 +193,7 @@ class StepRun:
             if uploaded is None:
                 if self.settle_kept is not None:
                     self.settle_kept(context.out)
+                clock_mark(self.staging.mark)  # before hashing: which files' digests are settled
                 manifest = hash_tree(context.out)
                 uploaded = upload(manifest) if upload is not None else None
         except WorkerLost as lost:

@@ -132,8 +132,11 @@ class ShardRunner:
         self.cache = cache
         self.executor = executor
         self.step = step
-        self._stored = dict(stored)  # every file a unit may read by its manifest entry: the step's
-        # inputs, then each published unit's outputs, so a reduce reading a map's results hashes nothing
+        self._stored = stored
+        # Each published unit's outputs by their local root: a unit reading an earlier unit's
+        # output (a reduce reading a map's) gets it by key, hashing nothing, fetched by key elsewhere.
+        self._made: dict[str, tuple[str, Outputs]] = {}
+        self._made_files: dict[str, dict[str, FileEntry]] = {}  # a root's files by path, once read
         self._stop_reason = stop_reason
         self._runs: set[StepRun] = set()
         self._lock = threading.Lock()
@@ -197,12 +200,27 @@ class ShardRunner:
     def _input(self, unit: ShardUnit, role: str, path: Path) -> UnitInput:
         """An input of the step as its manifest has it; any other file (one the driver made,
         a reduce's result) is hashed, and travels to a remote host as a blob."""
-        known = self._stored.get(os.path.abspath(path))
+        known = self._stored.get(os.path.abspath(path)) or self._made_file(path)
         if known is not None:
             return known
         if not path.is_file():
             raise StepFailed(f"map_shards: unit {unit.name} reads {path} as {role!r}, which is not a file")
         return UnitInput(path, FileEntry(path.name, digest_file(path), path.stat().st_size), None)
+
+    def _made_file(self, path: Path) -> UnitInput | None:
+        """`path` as a file of a unit this step published, if it is one (a root's files are
+        looked at only when a later unit reads one of them)."""
+        absolute = Path(os.path.abspath(path))
+        for root in absolute.parents:
+            made = self._made.get(str(root))
+            if made is not None:
+                key, outputs = made
+                files = self._made_files.get(str(root))
+                if files is None:
+                    files = self._made_files[str(root)] = {item.path: item for item in outputs.manifest.files}
+                entry = files.get(absolute.relative_to(root).as_posix())
+                return None if entry is None else UnitInput(path, entry, key)
+        return None
 
     @property
     def _step_label(self) -> str:
@@ -333,8 +351,7 @@ class ShardRunner:
             return None
         if not self.step.aside:
             with self._lock:
-                for item in outputs.manifest.files:
-                    self._stored[os.path.abspath(root / item.path)] = UnitInput(root / item.path, item, unit.key)
+                self._made[os.path.abspath(root)] = (unit.key, outputs)
         return ShardResult(unit.unit.name, unit.key, root, tuple(item.path for item in outputs.manifest.files), ran)
 
     # -- all units -----------------------------------------------------------------------

@@ -12,12 +12,16 @@ reliably catch. The events come from Python's audit hooks (tests/helpers_audit.p
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from helpers_audit import Traced, backdate, bytecode_env, run_traced, run_untraced
 
+from marinbuild import hashing
 from marinbuild.actions.bookkeeping.noop_certificate import NOOP_CERTIFICATE_ENV
+from marinbuild.hashing import StatCache, clock_mark, digest_file, settled_below
+from marinbuild.memo import Memo
 
 pytestmark = pytest.mark.usefixtures("settled_bytecode")  # else a fresh checkout's first no-op is not certified
 
@@ -154,3 +158,64 @@ def test_the_first_noop_after_a_build_reads_no_entry_the_build_wrote(make_worksp
     read = in_workspace(ws, noop(ws).paths("read"))
     assert ".marinbuild/entries.pickle" in read
     assert [path for path in read if path.startswith("cache/ac/")] == []
+
+
+# A step that writes its file, then lingers past any file system's clock tick (a jiffy, 10 ms
+# at most): its file is older than the clock mark made before its outputs are hashed.
+LINGERING = {
+    "slow/__init__.py": "",
+    "slow/defs.py": """\
+        import time
+
+        from marinbuild.targets import attrs as types
+        from marinbuild.targets.attrs import Attr
+        from marinbuild.targets.rule import Rule
+
+
+        def _write(ctx):
+            (ctx.out / "text.txt").write_text(ctx.attrs["text"])
+            time.sleep(0.05)
+
+
+        write_text = Rule(name="write_text", impl=_write, attrs={"text": Attr(types.STRING)})
+        """,
+    "p/BUILD.marin": 'write_text(name = "a", text = "a")\nwrite_text(name = "b", text = "b")\n',
+}
+
+
+def test_the_first_noop_after_a_build_hashes_no_output_written_before_its_clock_mark(make_workspace):
+    """Outputs hashed after a clock mark (hashing.clock_mark) that is newer than their
+    mtime are trusted by the no-op right after the build: it opens none of them (at 100,000
+    targets, 100,000 re-hashes: docs/benchmarks.md). A digest recorded without a mark, or
+    of a file modified after it, is re-hashed until the racy window has passed (the
+    StatCache test below)."""
+    ws = make_workspace(LINGERING, config='rules = ["slow.defs"]\n')
+    built = run_untraced(ws, "build", "//...", env=FULL)
+    assert built.returncode == 0, built.stderr
+    traced = run_traced(ws, "build", "--json", "//...", env=FULL)
+    assert traced.rc == 0, traced.stderr
+    assert {item["status"] for item in json.loads(traced.stdout)["targets"]} == {"cached"}
+    read = in_workspace(ws, traced.paths("read"))
+    assert [path for path in read if path.startswith("cache/out/")] == []
+
+
+def test_a_digest_is_trusted_before_the_racy_window_only_for_a_file_older_than_its_mark(tmp_path, monkeypatch):
+    """`StatCache.record` with a mark: the file modified before the mark is trusted at
+    once; one modified at or after it (the same clock tick as the hash, maybe) is hashed
+    again, as any digest recorded within the racy window is."""
+    older, newer = tmp_path / "older.txt", tmp_path / "newer.txt"
+    older.write_text("older")
+    mark = tmp_path / "hashing.mark"
+    clock_mark(mark)
+    newer.write_text("newer")
+    mark_ns = settled_below(mark)
+    assert mark_ns is not None
+    os.utime(older, ns=(mark_ns - 1, mark_ns - 1))
+    os.utime(newer, ns=(mark_ns, mark_ns))
+    cache = StatCache(Memo(tmp_path / "stat.pickle", "test"))
+    for path in (older, newer):
+        cache.record(path, digest_file(path), mark_ns=mark_ns)
+    hashed: list[str] = []
+    monkeypatch.setattr(hashing, "digest_file", lambda path: hashed.append(Path(path).name) or digest_file(path))
+    assert cache.digest(older)[0] == digest_file(older) and cache.digest(newer)[0] == digest_file(newer)
+    assert hashed == ["newer.txt"]

@@ -230,6 +230,11 @@ def test_the_reduce_in_units_on_a_ray_cluster_writes_the_same_output(make_worksp
     assert _tree(output) == _tree(Path(expected["by_label"]["//p:deduped"]["output"]))
     records = _records(parts / "cache", "reduce_unit")
     assert records and {record["executor"] for record in records} == {"ray"}
+    # A unit reads the units before it by their keys: none of their files went through the
+    # store's blobs (the way a file the driver made itself reaches a host elsewhere).
+    read = {item["blake3"] for record in records for item in record["inputs"].values()}
+    blobs = {path.name for path in (parts / "cache" / "blobs").rglob("*") if path.is_file()}
+    assert read and not read & blobs, sorted(read & blobs)[:3]
 
 
 def _records(store: Path, phase: str) -> list[dict]:
