@@ -151,6 +151,10 @@ def test_bad_dedup_parameters_are_errors_at_their_build_line(make_workspace):
     (ws / "p" / "BUILD.marin").write_text('dedup(name = "d", data = [":x"], exact = False, fuzzy = False)\n')
     rc, out, err = run_cli(ws, "build", "//p:d")
     assert rc == 2 and "p/BUILD.marin:1" in err and "all off" in err, err
+    for bad, says in (("0", "reduce_documents must be at least 1, got 0"), ('"many"', "reduce_documents")):
+        (ws / "p" / "BUILD.marin").write_text(f'dedup(name = "d", data = [":x"], reduce_documents = {bad})\n')
+        rc, out, err = run_cli(ws, "build", "//p:d")
+        assert rc == 2 and "p/BUILD.marin:1" in err and says in err and "Traceback" not in err, err
 
 
 # -- the reduce in units (reduce_documents) -------------------------------------------------
