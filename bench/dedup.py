@@ -223,29 +223,40 @@ def signatures(args: argparse.Namespace, work: Path) -> tuple[int, dict[str, dic
 # -- the reduce -----------------------------------------------------------------------------------
 
 
-def synthetic_maps(directory: Path, documents: int) -> list[Path]:
-    """Map outputs of `documents` synthetic documents in shards of SHARD_DOCUMENTS: random
+def synthetic_maps(
+    directory: Path, documents: int, shard_documents: int = SHARD_DOCUMENTS, across_shards: bool = False
+) -> list[Path]:
+    """Map outputs of `documents` synthetic documents in shards of `shard_documents`: random
     signatures and content hashes, 5% of each shard exact and 10% near copies of its earlier
-    documents (5 of the 25 bands changed). Written a shard at a time: memory is one shard's."""
+    documents (5 of the 25 bands changed), or, `across_shards`, of those and of the shard
+    before it's (so that duplicates cross shards; bench/dedup_scale.py). Written a shard at
+    a time: memory is one shard's, and the shard before's originals."""
     from rules.webdata.blocks.dedup.config import FuzzyDedup
     from rules.webdata.blocks.dedup.signatures import ShardSignatures
 
     fuzzy = FuzzyDedup()
     maps = []
-    for index, first in enumerate(range(0, documents, SHARD_DOCUMENTS)):
-        count = min(SHARD_DOCUMENTS, documents - first)
+    before: tuple[np.ndarray, np.ndarray] | None = None
+    for index, first in enumerate(range(0, documents, shard_documents)):
+        count = min(shard_documents, documents - first)
         rng = np.random.default_rng(index)
         minhash = rng.integers(0, 2**32, size=(fuzzy.bands, count, fuzzy.rows), dtype=np.uint32)
         content = rng.integers(0, 2**63, size=(count, 2), dtype=np.uint64)
         exact, near = count // 20, count // 10
         originals = count - exact - near
-        sources = rng.integers(0, originals, size=exact + near)
-        minhash[:, originals:] = minhash[:, sources]
-        content[originals : originals + exact] = content[sources[:exact]]
+        pool_minhash, pool_content = minhash[:, :originals], content[:originals]
+        if before is not None:
+            pool_minhash = np.concatenate([pool_minhash, before[0]], axis=1)
+            pool_content = np.concatenate([pool_content, before[1]])
+        sources = rng.integers(0, pool_content.shape[0], size=exact + near)
+        minhash[:, originals:] = pool_minhash[:, sources]
+        content[originals : originals + exact] = pool_content[sources[:exact]]
         changed = rng.integers(0, 2**32, size=(5, near, fuzzy.rows), dtype=np.uint32)
         minhash[:5, originals + exact :] = changed
         maps.append(directory / f"{index:05d}")
         ShardSignatures(content, minhash).save(maps[-1])
+        if across_shards:
+            before = (minhash[:, :originals].copy(), content[:originals].copy())
     return maps
 
 

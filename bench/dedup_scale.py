@@ -31,10 +31,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib  # noqa: E402
+from dedup import synthetic_maps  # noqa: E402 - the signatures of bench/dedup.py, copied across shards
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -50,35 +49,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.toy:
         args.documents, args.unit_documents, args.shard_documents = [20_000, 60_000], 10_000, 5_000
     return args
-
-
-def synthetic_maps(directory: Path, documents: int, shard_documents: int) -> list[Path]:
-    """Map outputs (CONTENT, MINHASH) of `documents` synthetic documents, a shard at a time."""
-    from rules.webdata.blocks.dedup.config import FuzzyDedup
-    from rules.webdata.blocks.dedup.signatures import ShardSignatures
-
-    fuzzy = FuzzyDedup()
-    maps: list[Path] = []
-    before: tuple[np.ndarray, np.ndarray] | None = None
-    for index, first in enumerate(range(0, documents, shard_documents)):
-        count = min(shard_documents, documents - first)
-        rng = np.random.default_rng(index)
-        minhash = rng.integers(0, 2**32, size=(fuzzy.bands, count, fuzzy.rows), dtype=np.uint32)
-        content = rng.integers(0, 2**63, size=(count, 2), dtype=np.uint64)
-        exact, near = count // 20, count // 10
-        originals = count - exact - near
-        pool_minhash, pool_content = (minhash[:, :originals], content[:originals])
-        if before is not None:  # half the copies are of the shard before: duplicates cross shards
-            pool_minhash = np.concatenate([pool_minhash, before[0]], axis=1)
-            pool_content = np.concatenate([pool_content, before[1]])
-        sources = rng.integers(0, pool_content.shape[0], size=exact + near)
-        minhash[:, originals:] = pool_minhash[:, sources]
-        content[originals : originals + exact] = pool_content[sources[:exact]]
-        minhash[:5, originals + exact :] = rng.integers(0, 2**32, size=(5, near, fuzzy.rows), dtype=np.uint32)
-        maps.append(directory / f"{index:05d}")
-        ShardSignatures(content, minhash).save(maps[-1])
-        before = (minhash[:, :originals].copy(), content[:originals].copy())
-    return maps
 
 
 def _task(wave: str, files: dict[str, str], attrs: dict, out: str) -> dict:
@@ -183,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             for documents in args.documents:
                 benchlib.log(f"writing the signatures of {documents:,} synthetic documents")
-                maps = synthetic_maps(work / f"maps-{documents}", documents, args.shard_documents)
+                maps = synthetic_maps(work / f"maps-{documents}", documents, args.shard_documents, across_shards=True)
                 benchlib.log(f"reducing {documents:,} documents in units of {args.unit_documents:,} on Ray")
                 sizes[documents] = reduce_on_ray(maps, args.unit_documents, work / f"reduce-{documents}")
                 if documents == min(args.documents):
