@@ -347,16 +347,17 @@ class PartitionedReduce:
         """Every round, then each shard's decisions; paragraph marks go into the new `out`."""
         removals: list[list[ShardResult]] = []  # each round's verify units, by document range
         undecided: list[ShardResult] | None = None
+        unverified: list[int] = []  # of each document range, the documents left undecided
         while self.documents:
             self.counts.rounds += 1
-            members = self._components(self._edges(undecided))
+            members = self._components(self._edges(undecided, unverified))
             if not members:
                 break
             undecided = self._compare(members, "members", "members")
             removals.append(undecided)
-            unverified = self._sum(undecided, "unverified")
-            self.counts.unverified += unverified
-            if not unverified:
+            unverified = [int(result.read_json(COUNTS)["unverified"]) for result in undecided]
+            self.counts.unverified += sum(unverified)
+            if not any(unverified):
                 break
         decided = self._wave(
             "decide",
@@ -381,8 +382,9 @@ class PartitionedReduce:
 
     # -- one round --------------------------------------------------------------------------
 
-    def _edges(self, undecided: list[ShardResult] | None) -> list[ShardResult]:
-        """The round's edges, by range: exact pairs, and verified candidates."""
+    def _edges(self, undecided: list[ShardResult] | None, unverified: list[int]) -> list[ShardResult]:
+        """The round's edges, by range: exact pairs, and verified candidates. After the
+        first round, over the `undecided` documents only (`unverified` of them by range)."""
         round_ = self.counts.rounds
         units = []
         for index, shard in enumerate(self.shards):
@@ -390,10 +392,12 @@ class PartitionedReduce:
             if self.config.fuzzy:
                 files["minhash"] = shard.map_dir / MINHASH
             if undecided is not None:
-                near = [undecided[part] for part in self._ranges_of(shard)]
-                if not self._sum(near, "unverified"):
+                parts = [part for part in self._ranges_of(shard) if unverified[part]]
+                if not parts:
                     continue
-                files.update({f"undecided/{i:05d}": result.path("undecided.npy") for i, result in enumerate(near)})
+                files.update(
+                    {f"undecided/{i:05d}": undecided[part].path("undecided.npy") for i, part in enumerate(parts)}
+                )
             attrs = {"start": shard.start, "partitions": self.partitions, "round": round_}
             units.append((f"round {round_} bucket {index:05d}", files, attrs))
         buckets = self._wave("bucket", units)
