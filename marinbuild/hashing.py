@@ -78,9 +78,19 @@ def settled(stat: os.stat_result, seen_ns: int) -> bool:
 def clock_mark(path: Path) -> None:
     """Create `path` anew, its mtime the file system's own clock now: taken before files
     are hashed (`settled_below`), so that a file modified earlier than the mark is known to
-    have been modified before its hash began, whatever the file system's granularity."""
+    have been modified before its hash began, whatever the file system's granularity.
+
+    The mark is stamped a second time after a `stat` of it: where the kernel keeps
+    multigrain timestamps (Linux 6.13+ on ext4, XFS, btrfs, tmpfs), a file changed again
+    in the clock tick its time was looked at gets a fine-grained stamp, later than every
+    stamp given before it, and every stamp given after it is at least as late. Outputs a
+    step wrote in the tick it ended in are then older than the mark, not tied with it (and
+    hashed again by the next build). Elsewhere the second stamp is the same coarse tick:
+    no gain, no loss."""
     path.unlink(missing_ok=True)
     path.touch(exist_ok=False)
+    os.stat(path)
+    os.utime(path)
 
 
 def settled_below(mark: Path) -> int | None:
@@ -95,10 +105,10 @@ def settled_below(mark: Path) -> int | None:
     return stat.st_mtime_ns if S_ISREG(stat.st_mode) else None
 
 
-def _trusted(stat: os.stat_result, cached: tuple) -> bool:
-    """Whether a digest recorded as `cached` (signature, digest, when, [mark]) is trusted for
-    a file of this unchanged signature: settled at the record, or modified before its mark."""
-    return settled(stat, cached[2]) or (len(cached) > 3 and stat.st_mtime_ns < cached[3])
+def _trusted(stat: os.stat_result, recorded_ns: int, mark_ns: int | None = None) -> bool:
+    """Whether what was recorded of a file (or directory) of this unchanged signature at
+    `recorded_ns` is trusted: settled then, or modified before the mark made before it was read."""
+    return settled(stat, recorded_ns) or (mark_ns is not None and stat.st_mtime_ns < mark_ns)
 
 
 class StatCache:
@@ -114,7 +124,7 @@ class StatCache:
         key = str(path)
         stat = os.stat(key)
         cached = self._memo.get(key)
-        if cached is not None and cached[0] == file_signature(stat) and _trusted(stat, cached):
+        if cached is not None and cached[0] == file_signature(stat) and _trusted(stat, *cached[2:]):
             return cached[1], stat.st_size
         digest = digest_file(path)
         self.record(path, digest, stat)
@@ -136,24 +146,26 @@ class StatCache:
         """Whether the directories of the tree at `root` hold the entries they held when
         `record_listing` last saw them: an entry added, removed or renamed changes its
         directory's mtime, so an unchanged signature of every directory (recorded outside
-        the racy window) spares listing them again."""
+        the racy window, or older than the clock mark made before it was listed) spares
+        listing them again."""
         cached = self._memo.get(root + "/")
         if cached is None:
             return False
-        directories, recorded_ns = cached
+        directories, *when = cached
         for relative, signature in directories:
             try:
                 stat = os.stat(f"{root}/{relative}")
             except FileNotFoundError:
                 return False
-            if file_signature(stat) != signature or not settled(stat, recorded_ns):
+            if file_signature(stat) != signature or not _trusted(stat, *when):
                 return False
         return True
 
-    def record_listing(self, root: str, directories: list[str]) -> None:
-        """Remember the directories (relative to `root`, "" for itself) of a tree just listed."""
+    def record_listing(self, root: str, directories: list[str], mark_ns: int | None = None) -> None:
+        """Remember the directories (relative to `root`, "" for itself) of a tree just listed;
+        `mark_ns`: the `settled_below` of a clock mark made before it was listed, if any."""
         signatures = tuple((relative, file_signature(os.stat(f"{root}/{relative}"))) for relative in directories)
-        self._memo.put(root + "/", (signatures, time.time_ns()))
+        self._memo.put(root + "/", (signatures, time.time_ns(), *(() if mark_ns is None else (mark_ns,))))
 
     def save(self) -> None:
         self._memo.save()

@@ -1,5 +1,6 @@
 """The CLI run in a subprocess whose audit hook (PEP 578) records what it does: the files
-it opens and whether to write, the files it renames, the processes it starts.
+it opens and whether to write, the directories it lists, the files it renames, the
+processes it starts.
 
 Tests of a no-op build's *work* assert on these, never on its time: an audit event is
 raised by the interpreter itself for every `open()`, `os.open()`, `os.rename()` and
@@ -32,6 +33,8 @@ def hook(event, args):
         path, mode, flags = args
         writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool(flags & _WRITES)
         events.append(["write" if writes else "read", os.fsdecode(path)])
+    elif event in ("os.scandir", "os.listdir") and isinstance(args[0], (str, bytes)):
+        events.append(["list", os.fsdecode(args[0])])
     elif event == "os.rename":
         events.append(["rename", os.fsdecode(args[0]), os.fsdecode(args[1])])
     elif event in _PROCESSES:
@@ -56,7 +59,8 @@ class Traced:
     events: list[list[str]]
 
     def paths(self, kind: str) -> list[str]:
-        """The paths of the events of `kind` ("read", "write"; "rename": the destinations)."""
+        """The paths of the events of `kind` ("read", "write", "list": a directory listed;
+        "rename": the destinations)."""
         return [event[-1] for event in self.events if event[0] == kind]
 
     @property

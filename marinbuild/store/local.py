@@ -205,10 +205,16 @@ class LocalStore(Store):
         if target.exists():
             self.delete(path)
         os.rename(local, target)
-        root = f"{target}/"
+        root = self._prefix + path + "/"  # as `verify_outputs` names it
         mark_ns = settled_below(local.parent / STAGING_MARK)  # a staging's `out`: see Staging.mark
         for item in manifest.files:
             self.stat_cache.record(root + item.path, item.digest, mark_ns=mark_ns)
+        if mark_ns is not None:
+            # Listed after the mark, as the files were hashed: the next look-up need not list
+            # the tree again while no directory of it changed (`verify_outputs`).
+            present, odd, directories = _regular_files(root)
+            if odd is None and present == {item.path for item in manifest.files}:
+                self.stat_cache.record_listing(root[:-1], directories, mark_ns)
         return {}
 
     def outputs_dir(self, path: str, manifest: Manifest) -> Path:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import re
 from pathlib import Path
 
 import pytest
@@ -197,6 +199,56 @@ def test_the_first_noop_after_a_build_hashes_no_output_written_before_its_clock_
     assert {item["status"] for item in json.loads(traced.stdout)["targets"]} == {"cached"}
     read = in_workspace(ws, traced.paths("read"))
     assert [path for path in read if path.startswith("cache/out/")] == []
+    assert [path for path in in_workspace(ws, traced.paths("list")) if path.startswith("cache/out/")] == []
+
+
+def _multigrain_timestamps(directory: Path) -> bool:
+    """Whether the kernel stamps files in `directory` finely when it must to tell two changes
+    apart (multigrain timestamps: Linux 6.13 and later, on ext4, XFS, btrfs and tmpfs)."""
+    release = tuple(int(part) for part in re.findall(r"\d+", platform.release())[:2])
+    mounts = [line.split()[1:3] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    here = str(directory.resolve())
+    _, kind = max((point, kind) for point, kind in mounts if here == point or here.startswith(point.rstrip("/") + "/"))
+    return platform.system() == "Linux" and release >= (6, 13) and kind in {"ext4", "xfs", "btrfs", "tmpfs"}
+
+
+# The same step, which ends as soon as it has written its file.
+QUICK = {**LINGERING, "slow/defs.py": LINGERING["slow/defs.py"].replace("time.sleep(0.05)", "pass")}
+
+
+def test_the_first_noop_after_a_build_neither_hashes_nor_lists_outputs_of_the_steps_last_tick(make_workspace, tmp_path):
+    """A step's outputs written in the very clock tick its run ended in are older than the
+    clock mark too, where the file system stamps the mark finely (`clock_mark`): the no-op
+    right after the build opens no output file and lists no output directory (at 100,000
+    targets, half of them were hashed again, and all listed: docs/benchmarks.md)."""
+    if not _multigrain_timestamps(tmp_path):
+        pytest.skip("the kernel stamps this file system's files with its coarse clock only (no multigrain timestamps)")
+    ws = make_workspace(QUICK, config='rules = ["slow.defs"]\n')
+    assert run_untraced(ws, "build", "//...", env=FULL).returncode == 0
+    traced = run_traced(ws, "build", "--json", "//...", env=FULL)
+    assert traced.rc == 0, traced.stderr
+    assert {item["status"] for item in json.loads(traced.stdout)["targets"]} == {"cached"}
+    touched = in_workspace(ws, traced.paths("read") + traced.paths("list"))
+    assert [path for path in touched if path.startswith("cache/out/")] == []
+
+
+def test_an_output_changed_right_after_its_build_is_caught_by_the_next(make_workspace):
+    """What a mark trusts, nothing changed after it: a file rewritten to other bytes of the
+    same size, or one added, moments after the build published them (in the same clock
+    tick, maybe) is newer than the mark, so the next build hashes or lists it again and
+    rebuilds the target rather than serving bytes that are not its manifest's."""
+    ws = make_workspace(QUICK, config='rules = ["slow.defs"]\n')
+    run_untraced(ws, "build", "//p:a", "//p:b", env=FULL)
+    output_of = {label: Path(run_untraced(ws, "where", label, env=FULL).stdout.strip()) for label in ("//p:a", "//p:b")}
+    altered, planted = output_of["//p:a"] / "text.txt", output_of["//p:b"] / "planted.sh"
+    altered.chmod(0o644)
+    altered.write_text("A")  # the same size as "a"
+    planted.write_text("x")
+    again = run_untraced(ws, "build", "--json", "//...", env=FULL)
+    statuses = {item["label"]: item["status"] for item in json.loads(again.stdout)["targets"]}
+    assert statuses == {"//p:a": "built", "//p:b": "built"}, again.stderr
+    assert "text.txt does not match its manifest" in again.stderr
+    assert "planted.sh is not in the manifest" in again.stderr
 
 
 def test_a_digest_is_trusted_before_the_racy_window_only_for_a_file_older_than_its_mark(tmp_path, monkeypatch):
@@ -219,3 +271,29 @@ def test_a_digest_is_trusted_before_the_racy_window_only_for_a_file_older_than_i
     monkeypatch.setattr(hashing, "digest_file", lambda path: hashed.append(Path(path).name) or digest_file(path))
     assert cache.digest(older)[0] == digest_file(older) and cache.digest(newer)[0] == digest_file(newer)
     assert hashed == ["newer.txt"]
+
+
+def test_a_listing_is_trusted_before_the_racy_window_only_for_directories_older_than_its_mark(tmp_path):
+    """`StatCache.record_listing` with a mark, as a publish records the tree it hashed: the
+    tree is not listed again while every directory is unchanged and older than the mark; a
+    directory at the mark (an entry added in the tick the mark was made, maybe after the
+    listing) is listed again, as is any listing recorded within the racy window unmarked."""
+    tree = tmp_path / "out"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "a.txt").write_text("a")
+    mark = tmp_path / "hashing.mark"
+    clock_mark(mark)
+    mark_ns = settled_below(mark)
+    assert mark_ns is not None
+    directories = ["", "sub/"]
+    cache = StatCache(Memo(None, "test"))
+    for directory in (tree, tree / "sub"):
+        os.utime(directory, ns=(mark_ns - 1, mark_ns - 1))
+    cache.record_listing(str(tree), directories, mark_ns)
+    assert cache.listing_unchanged(str(tree))
+    os.utime(tree / "sub", ns=(mark_ns, mark_ns))
+    cache.record_listing(str(tree), directories, mark_ns)
+    assert not cache.listing_unchanged(str(tree))
+    os.utime(tree / "sub", ns=(mark_ns - 1, mark_ns - 1))
+    cache.record_listing(str(tree), directories)
+    assert not cache.listing_unchanged(str(tree))
