@@ -47,10 +47,20 @@ class Consulted:
     ignored: tuple[str, ...] = ()
     followed: dict[str, Signature] = field(default_factory=dict)  # stat(), open(), listings
     links: dict[str, Signature] = field(default_factory=dict)  # lstat(): a symlink itself
-    settled: bool = True  # every file seen was modified before the racy window of `horizon_ns`
+    settled: bool = True  # every file seen was modified before the racy window of `horizon_ns`, and no step ran
     horizon_ns: int = STARTED_NS
 
+    def abandon(self) -> None:
+        """Record nothing more, and drop what was: the build will certify nothing (a step
+        ran, or a file it consulted was modified within the racy window). A cold build of
+        100,000 targets would otherwise hold every path its steps' staging touched."""
+        self.settled = False
+        self.followed.clear()
+        self.links.clear()
+
     def saw(self, path: object, follow: bool, found: os.stat_result | int | None) -> None:
+        if not self.settled:
+            return  # abandoned
         if isinstance(path, int) or path is None:
             return  # a descriptor (of a file opened, and so seen) or the current directory
         text = os.fsdecode(path)  # type: ignore[arg-type]
@@ -65,9 +75,10 @@ class Consulted:
             seen[text] = found
         elif not follow and stat.S_ISDIR(found.st_mode):
             seen[text] = _directory_itself(found)
-        else:
-            self.settled = self.settled and settled(found, self.horizon_ns)
+        elif settled(found, self.horizon_ns):
             seen[text] = file_signature(found)
+        else:
+            self.abandon()
 
     def sign(self, paths: Iterator[str] | list[str]) -> None:
         """Sign `paths` now (the code the process imported, which `importlib` stats unseen)."""
@@ -122,7 +133,7 @@ _WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 def _audited(event: str, args: tuple) -> None:
     """The audit hook: opens to read, and directory listings, while a recorder is active."""
-    if not _active:
+    if not _active or not _active[-1].settled:
         return
     if event == "open":
         path, mode, flags = args

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from marinbuild.actions.analysis.graph import Graph
 from marinbuild.actions.bookkeeping.events import Tee
-from marinbuild.actions.bookkeeping.noop_certificate import Warnings
+from marinbuild.actions.bookkeeping.noop_certificate import Certifying
 from marinbuild.actions.bookkeeping.results import BuildResult, Reporter, Status
 from marinbuild.actions.execution.accelerators import local_accelerators, missing
 from marinbuild.actions.execution.build_options import BuildOptions
@@ -47,7 +47,7 @@ def build(
     if certificate is not None and (certified := certificate.read()) is not None:
         return serve_certified(session, certified, list(patterns), reporter)
     consulted = None if certificate is None else Consulted(ignored=bookkeeping(session))
-    warnings = Warnings()
+    certifying = Certifying(consulted)
     with (
         _spared_by_the_collector() as planned,
         contextlib.nullcontext() if consulted is None else recording(consulted),
@@ -65,10 +65,10 @@ def build(
             check_budget(estimates, options.max_accelerator_hours)
         if lacking:
             _refuse_lacking(session, graph, lacking)
-        scheduler = run_recorded(session, "build", graph, list(patterns), options, Tee(reporter, warnings), events)
+        scheduler = run_recorded(session, "build", graph, list(patterns), options, Tee(reporter, certifying), events)
     if certificate is not None and consulted is not None and scheduler.read_only is None:
         consulted.sign(code_files())
-        certificate.write(consulted, scheduler.result, len(graph.targets), warnings.messages)
+        certificate.write(consulted, scheduler.result, len(graph.targets), certifying.messages)
     return scheduler.result
 
 

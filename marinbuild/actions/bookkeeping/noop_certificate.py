@@ -19,6 +19,7 @@ the newest few kept: builds alternating between two environments keep theirs eac
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import uuid
@@ -57,14 +58,21 @@ class Certified:
         return BuildResult.with_targets_json(list(self.requested), dict(self.results), self.targets_json)
 
 
-class Warnings(NullReporter):
-    """The warnings a build reported (a certified no-op reports them again)."""
+class Certifying(NullReporter):
+    """What a certificate takes from a build's reports: its warnings (a certified no-op
+    reports them again), and whether a step ran: a build that runs one certifies nothing,
+    so the first ends the recording of what it consults (`consulted`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, consulted: Consulted | None) -> None:
+        self.consulted = consulted
         self.messages: list[str] = []
 
     def warning(self, message: str) -> None:
         self.messages.append(message)
+
+    def step_started(self, label: str) -> None:
+        if self.consulted is not None:
+            self.consulted.abandon()
 
 
 def environment_context(environment: Mapping[str, str]) -> dict[str, str]:
@@ -100,9 +108,19 @@ class NoopCertificate:
         if any(item.status is not Status.CACHED for item in result.results.values()):
             return False
         certified = Certified(list(result.requested), result.results, result.targets_json(), total, warnings)
-        payload = pickle.dumps(
-            (_FORMAT, self.digest, consulted.followed, consulted.links, certified), protocol=pickle.HIGHEST_PROTOCOL
-        )
+        # Pickling gives each result the attribute dict it had none of: 100,000 new tracked
+        # objects, which set off collections over the whole heap the build has unfrozen
+        # (commands/build.py), 1.5 s of a 100,000-target no-op. They make no garbage.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            payload = pickle.dumps(
+                (_FORMAT, self.digest, consulted.followed, consulted.links, certified),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+        finally:
+            if collecting:
+                gc.enable()
         self.directory.mkdir(parents=True, exist_ok=True)
         temporary = self.directory / f".{self.digest}.{uuid.uuid4().hex}.tmp"
         temporary.write_bytes(payload)

@@ -12,6 +12,7 @@ records what the full path prints and records. Nothing here is timed.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -19,7 +20,9 @@ import pytest
 from helpers_audit import backdate, bytecode_env, run_untraced
 from helpers_memo import MEMO_CONFIG, MEMO_FILES
 
-from marinbuild.actions.bookkeeping.noop_certificate import NOOP_CERTIFICATE_ENV
+from marinbuild.actions.bookkeeping.noop_certificate import NOOP_CERTIFICATE_ENV, Certifying
+from marinbuild.consulted import Consulted, recording
+from marinbuild.hashing import RACY_NS
 
 pytestmark = pytest.mark.usefixtures("settled_bytecode")  # else a fresh checkout's first no-op is not certified
 
@@ -223,3 +226,30 @@ def test_a_build_with_an_external_artifact_is_never_certified(make_workspace, tm
         assert targets["//pkg:data"][0] == "pinned" and targets["//pkg:count"][0] == "cached"
         assert "noop_certificate" not in record
     assert not list((ws / ".marinbuild/noop").glob("*.pickle"))
+
+
+def test_recording_ends_at_the_first_step_run_or_file_modified_within_the_racy_window(tmp_path):
+    """What a build consults is kept only while it can still be certified: the first step
+    it runs (a cold build of 100,000 targets would otherwise keep every path its steps'
+    staging touched) or the first file seen modified within the racy window ends it, and
+    drops what was kept."""
+    old, fresh = tmp_path / "old.txt", tmp_path / "fresh.txt"
+    for path in (old, fresh):
+        path.write_text(path.name)
+    long_ago = os.stat(old).st_mtime_ns - 10 * RACY_NS
+    os.utime(old, ns=(long_ago, long_ago))
+
+    ran = Consulted()
+    with recording(ran):
+        os.stat(old)
+        assert ran.settled and str(old) in ran.followed
+        Certifying(ran).step_started("//p:a")
+        old.read_text()
+    assert not ran.settled and ran.followed == {} and ran.links == {}
+
+    racy = Consulted()
+    with recording(racy):
+        os.stat(old)
+        os.stat(fresh)
+        os.lstat(old)
+    assert not racy.settled and racy.followed == {} and racy.links == {}
