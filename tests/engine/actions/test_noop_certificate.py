@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -239,7 +240,8 @@ def test_recording_ends_at_the_first_step_run_or_file_modified_within_the_racy_w
     long_ago = os.stat(old).st_mtime_ns - 10 * RACY_NS
     os.utime(old, ns=(long_ago, long_ago))
 
-    ran = Consulted()
+    now = time.time_ns()  # not the process's start: a test worker may have started long before
+    ran = Consulted(horizon_ns=now)
     with recording(ran):
         os.stat(old)
         assert ran.settled and str(old) in ran.followed
@@ -247,7 +249,7 @@ def test_recording_ends_at_the_first_step_run_or_file_modified_within_the_racy_w
         old.read_text()
     assert not ran.settled and ran.followed == {} and ran.links == {}
 
-    racy = Consulted()
+    racy = Consulted(horizon_ns=now)
     with recording(racy):
         os.stat(old)
         os.stat(fresh)
