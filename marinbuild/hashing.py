@@ -165,7 +165,7 @@ class StatCache:
         """Remember the directories (relative to `root`, "" for itself) of a tree just listed;
         `mark_ns`: the `settled_below` of a clock mark made before it was listed, if any."""
         signatures = tuple((relative, file_signature(os.stat(f"{root}/{relative}"))) for relative in directories)
-        self._memo.put(root + "/", (signatures, time.time_ns(), *(() if mark_ns is None else (mark_ns,))))
+        self._memo.put(root + "/", (signatures, time.time_ns(), mark_ns))
 
     def save(self) -> None:
         self._memo.save()
